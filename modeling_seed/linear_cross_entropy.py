@@ -1,0 +1,93 @@
+"""Cross-entropy over a vocabulary projection without materialising every position's logits.
+
+Both SEED losses end in a `hidden -> vocabulary` projection. The decoder's loss covers every
+position, so plain autograd would keep batch x length x vocabulary logits (and their softmax)
+alive until backward: that tensor, not the encoder, dominates time and memory of small models.
+Here the logits exist one chunk of rows at a time; the gradients with respect to the hidden
+states and the weight are computed in the same pass and handed back in backward, so the
+arithmetic is the same as plain autograd and the extra memory is one chunk.
+"""
+
+import torch
+import torch.nn.functional as F
+
+IGNORE_INDEX = -100
+_LOGITS_PER_CHUNK = 2**24  # elements: 64 MiB of float32 logits per chunk
+
+
+def _rows_per_chunk(vocab_size: int) -> int:
+    return max(1, _LOGITS_PER_CHUNK // vocab_size)
+
+
+class _FusedLinearCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, targets):
+        num_rows = hidden.shape[0]
+        grad_hidden = torch.empty_like(hidden)
+        grad_weight = torch.zeros_like(weight, dtype=torch.float32) if weight.requires_grad else None
+        grad_bias = torch.zeros_like(bias, dtype=torch.float32) if bias is not None and bias.requires_grad else None
+        total_loss = torch.zeros((), dtype=torch.float32, device=hidden.device)
+        step = _rows_per_chunk(weight.shape[0])
+        for start in range(0, num_rows, step):
+            rows = hidden[start : start + step]
+            row_targets = targets[start : start + step]
+            logits = F.linear(rows, weight, bias)
+            log_probs = torch.log_softmax(logits.float(), dim=-1)
+            total_loss += -log_probs.gather(1, row_targets[:, None]).sum()
+            # d(mean loss)/d(logits) = (softmax - one_hot) / num_rows
+            grad_logits = log_probs.exp_()
+            grad_logits[torch.arange(len(row_targets), device=hidden.device), row_targets] -= 1.0
+            grad_logits = (grad_logits / num_rows).to(logits.dtype)
+            grad_hidden[start : start + step] = grad_logits @ weight.to(logits.dtype)
+            if grad_weight is not None:
+                grad_weight += (grad_logits.t() @ rows.to(logits.dtype)).float()
+            if grad_bias is not None:
+                grad_bias += grad_logits.float().sum(0)
+        ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
+        ctx.parameter_dtypes = (weight.dtype, None if bias is None else bias.dtype)
+        return total_loss / num_rows
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        grad_hidden, grad_weight, grad_bias = ctx.saved_tensors
+        weight_dtype, bias_dtype = ctx.parameter_dtypes
+        return (
+            grad_hidden * grad_loss.to(grad_hidden.dtype),
+            None if grad_weight is None else (grad_weight * grad_loss).to(weight_dtype),
+            None if grad_bias is None else (grad_bias * grad_loss).to(bias_dtype),
+            None,
+        )
+
+
+def linear_cross_entropy(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    reduction: str = "mean",
+) -> torch.Tensor:
+    """`F.cross_entropy(F.linear(hidden, weight, bias), targets, ignore_index=-100)`, in chunks.
+
+    hidden: (..., hidden_size); targets: (...) with -100 where there is no target.
+    `reduction="mean"` averages over the positions that have a target (0 when none has).
+    `reduction="none"` returns a per-position loss shaped like `targets`, 0 where ignored.
+    """
+    if reduction == "none":
+        flat_hidden, flat_targets = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
+        step = _rows_per_chunk(weight.shape[0])
+        losses = [
+            F.cross_entropy(
+                F.linear(flat_hidden[start : start + step], weight, bias).float(),
+                flat_targets[start : start + step],
+                ignore_index=IGNORE_INDEX,
+                reduction="none",
+            )
+            for start in range(0, flat_targets.numel(), step)
+        ]
+        return torch.cat(losses).view_as(targets)
+    if reduction != "mean":
+        raise ValueError(f"linear_cross_entropy: reduction must be 'mean' or 'none', got {reduction!r}.")
+    has_target = targets != IGNORE_INDEX
+    if not has_target.any():
+        return hidden.sum() * 0.0
+    return _FusedLinearCrossEntropy.apply(hidden[has_target], weight, bias, targets[has_target])

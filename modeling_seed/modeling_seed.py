@@ -111,9 +111,13 @@ class SeedWeakDecoder(nn.Module):
 
         key_is_real = torch.cat([torch.ones_like(attention_mask[:, :1]), attention_mask[:, :-1]], dim=1).bool()
         span_mask = decoder_attention_mask(input_ids.shape[1], self.attention_span, input_ids.device)
-        self_attention_mask = span_mask[None, None, :, :] & key_is_real[:, None, None, :]
+        visible = span_mask[None, None, :, :] & key_is_real[:, None, None, :]
 
         hidden_states = self.embeddings(input_ids=decoder_input_ids)
+        # Additive form: eager and flex attention add the mask to the scores (a boolean would add 0/1); SDPA reads it too.
+        min_value = torch.finfo(hidden_states.dtype).min
+        self_attention_mask = torch.zeros(visible.shape, dtype=hidden_states.dtype, device=hidden_states.device)
+        self_attention_mask = self_attention_mask.masked_fill(~visible, min_value)
         cls_as_memory = cls_vectors[:, None, :].to(hidden_states.dtype)
         for layer in self.layer:
             hidden_states = layer(hidden_states, self_attention_mask, cls_as_memory)

@@ -1,0 +1,1 @@
+"""Pretraining and fine-tuning pipelines built on `modeling_seed` (needs the `training` extras)."""

@@ -1,0 +1,130 @@
+"""Command-line arguments of `training/pretrain.py`, parsed by `HfArgumentParser` next to `TrainingArguments`."""
+
+from dataclasses import dataclass, field
+
+from transformers import TrainingArguments
+
+from .presets import PRESETS
+
+
+@dataclass
+class ModelArguments:
+    config_name: str | None = field(
+        default=None,
+        metadata={
+            "help": f"Model shape for a new model: a preset ({', '.join(PRESETS)}) or a config.json file or folder. "
+            "Defaults to seed-tiny when --model_name_or_path is not given. A preset's vocab_size follows the tokenizer."
+        },
+    )
+    model_name_or_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "Local folder to start from: a SEED checkpoint (continued pretraining) or any BERT-family "
+            "checkpoint (warm start: its weights fill the encoder, and the MLM head when it has one; the decoder is new)."
+        },
+    )
+    tokenizer_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "Local tokenizer folder. Defaults to the one in --model_name_or_path; for a new model without one, "
+            "a WordPiece tokenizer is trained on the corpus and saved with the model."
+        },
+    )
+    tokenizer_vocab_size: int | None = field(
+        default=None,
+        metadata={"help": "Vocabulary size of a tokenizer trained on the corpus (default: the config's vocab_size)."},
+    )
+    decoder_num_layers: int | None = field(
+        default=None, metadata={"help": "Depth of the weak decoder (config default: 3)."}
+    )
+    decoder_attention_span: str | None = field(
+        default=None,
+        metadata={
+            "help": "Decoder attention span k: position i sees positions i-k+1..i plus the start position "
+            "(config default: 2). 'full' gives an ordinary causal decoder (the paper's strong-decoder ablation)."
+        },
+    )
+    decoder_loss_weight: float | None = field(
+        default=None,
+        metadata={"help": "lambda in loss = MLM + lambda * reconstruction (config default: 1.0; 0 = MLM only)."},
+    )
+    config_overrides: str | None = field(
+        default=None,
+        metadata={"help": "Other config fields to override, as 'key=value,key=value' (e.g. 'hidden_size=256,num_hidden_layers=6')."},
+    )
+
+
+@dataclass
+class DataArguments:
+    train_file: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "One or more training files of one format: plain text (one passage per line), JSON lines "
+            "(text in --text_column; a BEIR corpus.jsonl has title and text joined) or parquet. With neither this "
+            "nor --dataset_dir, CPython's bundled documentation (pydoc_data) is used, so the run needs no download."
+        },
+    )
+    dataset_dir: str | None = field(
+        default=None, metadata={"help": "A folder written by datasets' save_to_disk (its 'train' split if it has splits)."}
+    )
+    text_column: str = field(default="text", metadata={"help": "Column (JSON field) that holds the text."})
+    max_seq_length: int = field(
+        default=128,
+        metadata={"help": "Passages are truncated to this many tokens; must not exceed max_position_embeddings."},
+    )
+    validation_split_percentage: float | None = field(
+        default=None,
+        metadata={
+            "help": "Percentage of the corpus held out to report eval_loss, eval_mlm_loss and eval_decoder_loss "
+            "(default 5; 0 disables; not available with --streaming)."
+        },
+    )
+    max_train_samples: int | None = field(
+        default=None, metadata={"help": "Use only the first N passages (quick experiments and debugging)."}
+    )
+    streaming: bool = field(
+        default=False,
+        metadata={
+            "help": "Read the corpus as a stream instead of loading it (for corpora larger than memory); each process "
+            "reads its own shard. Needs --max_steps."
+        },
+    )
+    preprocessing_num_workers: int | None = field(
+        default=None, metadata={"help": "Processes for tokenization (datasets' num_proc)."}
+    )
+    overwrite_cache: bool = field(default=False, metadata={"help": "Re-tokenize instead of using datasets' cache."})
+    mlm_probability: float = field(default=0.15, metadata={"help": "Share of tokens masked for MLM."})
+    whole_word_mask: bool = field(
+        default=False, metadata={"help": "Mask all WordPiece pieces of a word together (always with [MASK])."}
+    )
+
+
+@dataclass
+class SeedPretrainingArguments(TrainingArguments):
+    """`TrainingArguments` with defaults for SEED pretraining; every Trainer flag still applies."""
+
+    output_dir: str = field(
+        default="seed-encoder",
+        metadata={"help": "Where checkpoints and the final model (loadable with AutoModel) are written."},
+    )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "Replace whatever --output_dir holds. Without it, a folder holding the same model resumes from its "
+            "last checkpoint, and one holding a different model is an error."
+        },
+    )
+    per_device_train_batch_size: int = field(default=32, metadata={"help": "Batch size per device for training."})
+    per_device_eval_batch_size: int = field(default=32, metadata={"help": "Batch size per device for evaluation."})
+    learning_rate: float = field(default=5e-4, metadata={"help": "Peak AdamW learning rate."})
+    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay."})
+    warmup_steps: float = field(
+        default=0.06, metadata={"help": "Warm-up: a number of steps, or a fraction of all steps when below 1."}
+    )
+    logging_steps: float = field(default=10, metadata={"help": "Log the losses every N steps."})
+    save_steps: float = field(default=100, metadata={"help": "Save a resumable checkpoint every N steps."})
+    save_total_limit: int | None = field(default=2, metadata={"help": "Keep at most this many checkpoints."})
+    remove_unused_columns: bool = field(
+        default=False,
+        metadata={"help": "Keep the tokenized columns the masking collator needs (special_tokens_mask, offsets)."},
+    )

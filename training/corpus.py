@@ -1,0 +1,229 @@
+"""Pretraining text: validate the user's files, load them with `datasets`, tokenize.
+
+Accepted inputs: plain text (one passage per line), JSON lines (`--text_column`; a BEIR
+`corpus.jsonl` has its `title` and `text` joined), parquet, and folders written by
+`Dataset.save_to_disk`. With none of them, a small English corpus that ships with every Python
+installation (CPython's pydoc topics) is used, so the default run needs no download.
+"""
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+from datasets import Dataset, DatasetDict, IterableDataset, load_dataset, load_from_disk
+
+from .errors import PretrainingInputError
+
+TEXT_SUFFIXES = {".txt", ".text", ".tsv"}
+JSON_SUFFIXES = {".json", ".jsonl"}
+PARQUET_SUFFIXES = {".parquet"}
+BEIR_TITLE_COLUMN = "title"
+# Streaming corpora may be far larger than memory: their files are checked this far only.
+STREAMING_CHECK_BYTES = 16 * 2**20
+
+
+def embedded_corpus_passages(min_words: int = 8) -> list[str]:
+    """Paragraphs of the Python reference documentation bundled with CPython (`pydoc_data`)."""
+    from pydoc_data.topics import topics
+
+    passages = []
+    for topic_text in topics.values():
+        for paragraph in re.split(r"\n\s*\n", topic_text):
+            passage = " ".join(paragraph.split())
+            if len(passage.split()) >= min_words:
+                passages.append(passage)
+    return list(dict.fromkeys(passages))
+
+
+def file_format(path: Path) -> str:
+    suffixes = {s.lower() for s in path.suffixes}
+    if suffixes & PARQUET_SUFFIXES:
+        return "parquet"
+    if suffixes & JSON_SUFFIXES:
+        return "json"
+    if suffixes & TEXT_SUFFIXES or not path.suffix:
+        return "text"
+    raise PretrainingInputError(
+        f"--train_file {path}: unknown file type {path.suffix!r}. Use plain text (.txt, one passage per line), "
+        "JSON lines (.jsonl/.json) or parquet (.parquet), or pass a folder written by Dataset.save_to_disk "
+        "with --dataset_dir."
+    )
+
+
+def _lines(path: Path, limit_bytes: int | None) -> Iterator[tuple[int, str]]:
+    """(line number, decoded line), failing with the line and byte offset of any non-UTF-8 byte."""
+    read = 0
+    with path.open("rb") as handle:
+        for line_number, raw in enumerate(handle, start=1):
+            try:
+                yield line_number, raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise PretrainingInputError(
+                    f"--train_file {path}, line {line_number}: byte 0x{raw[error.start]:02x} at column "
+                    f"{error.start + 1} is not valid UTF-8. Re-encode the file as UTF-8 (for example "
+                    f"`iconv -f latin1 -t utf-8 {path} > fixed.txt`) and pass the fixed file."
+                ) from None
+            read += len(raw)
+            if limit_bytes is not None and read >= limit_bytes:
+                return
+
+
+def check_text_file(path: Path, limit_bytes: int | None = None) -> None:
+    if not any(line.strip() for _, line in _lines(path, limit_bytes)):
+        raise PretrainingInputError(
+            f"--train_file {path}: every line is blank, so there is no text to pre-train on. "
+            "Put one passage per line."
+        )
+
+
+def check_json_lines_file(path: Path, text_column: str, limit_bytes: int | None = None) -> None:
+    found_record = False
+    for line_number, line in _lines(path, limit_bytes):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise PretrainingInputError(
+                f"--train_file {path}, line {line_number}: not valid JSON ({error.msg}). "
+                "Each line must be one JSON object."
+            ) from None
+        if not isinstance(record, dict) or text_column not in record:
+            fields = ", ".join(record) if isinstance(record, dict) else type(record).__name__
+            raise PretrainingInputError(
+                f"--train_file {path}, line {line_number}: no {text_column!r} field (it has: {fields}). "
+                f"Pass --text_column with the field that holds the text."
+            )
+        found_record = True
+    if not found_record:
+        raise PretrainingInputError(f"--train_file {path}: every line is blank; expected one JSON object per line.")
+
+
+def check_train_files(train_files: list[str], text_column: str, streaming: bool = False) -> list[Path]:
+    """Fail fast, before any output is written, on files that cannot be pre-trained on."""
+    limit = STREAMING_CHECK_BYTES if streaming else None
+    paths = []
+    for name in train_files:
+        path = Path(name)
+        if not path.is_file():
+            what = "is a folder; pass a folder saved with Dataset.save_to_disk as --dataset_dir" if path.is_dir() else "does not exist"
+            raise PretrainingInputError(f"--train_file {path}: {what}.")
+        if path.stat().st_size == 0:
+            raise PretrainingInputError(f"--train_file {path}: the file is empty (0 bytes).")
+        kind = file_format(path)
+        if kind == "text":
+            check_text_file(path, limit)
+        elif kind == "json":
+            check_json_lines_file(path, text_column, limit)
+        paths.append(path)
+    if len({file_format(path) for path in paths}) > 1:
+        raise PretrainingInputError(
+            "--train_file: all files must have one format (text, JSON lines or parquet); got "
+            + ", ".join(f"{path} ({file_format(path)})" for path in paths)
+            + ". Convert them, or save them together with Dataset.save_to_disk and pass --dataset_dir."
+        )
+    return paths
+
+
+def _join_title(record: dict, text_column: str) -> dict:
+    title = record.get(BEIR_TITLE_COLUMN) or ""
+    return {text_column: f"{title} {record[text_column]}".strip() if title else record[text_column]}
+
+
+def load_raw_corpus(
+    train_files: list[str] | None,
+    dataset_dir: str | None,
+    text_column: str,
+    streaming: bool = False,
+    cache_dir: str | None = None,
+) -> Dataset | IterableDataset:
+    """One dataset with a single text column named `text_column`, blank passages removed."""
+    if dataset_dir is not None:
+        if not Path(dataset_dir).is_dir():
+            raise PretrainingInputError(f"--dataset_dir {dataset_dir}: no such folder.")
+        try:
+            dataset = load_from_disk(dataset_dir)
+        except FileNotFoundError as error:
+            raise PretrainingInputError(
+                f"--dataset_dir {dataset_dir}: not a folder written by Dataset.save_to_disk ({error})."
+            ) from None
+        if isinstance(dataset, DatasetDict):
+            if "train" not in dataset:
+                raise PretrainingInputError(
+                    f"--dataset_dir {dataset_dir}: holds splits {list(dataset)} but no 'train' split."
+                )
+            dataset = dataset["train"]
+        if text_column not in dataset.column_names:
+            raise PretrainingInputError(
+                f"--dataset_dir {dataset_dir}: no {text_column!r} column (it has: {', '.join(dataset.column_names)}). "
+                "Pass --text_column with the column that holds the text."
+            )
+        if streaming:
+            dataset = dataset.to_iterable_dataset()
+    elif train_files:
+        paths = check_train_files(train_files, text_column, streaming)
+        kind = file_format(paths[0])
+        loader_kwargs = {"sample_by": "line"} if kind == "text" else {}
+        dataset = load_dataset(
+            kind,
+            data_files={"train": [str(path) for path in paths]},
+            split="train",
+            streaming=streaming,
+            cache_dir=cache_dir,
+            **loader_kwargs,
+        )
+        if kind == "text" and text_column != "text":
+            dataset = dataset.rename_column("text", text_column)
+        column_names = dataset.column_names or []
+        if BEIR_TITLE_COLUMN in column_names and text_column != BEIR_TITLE_COLUMN:
+            dataset = dataset.map(_join_title, fn_kwargs={"text_column": text_column})
+    else:
+        dataset = Dataset.from_dict({text_column: embedded_corpus_passages()})
+        if streaming:
+            dataset = dataset.to_iterable_dataset()
+
+    extra_columns = [name for name in (dataset.column_names or []) if name != text_column]
+    if extra_columns:
+        dataset = dataset.remove_columns(extra_columns)
+    dataset = dataset.filter(lambda record: bool(record[text_column] and record[text_column].strip()))
+    if not streaming and len(dataset) == 0:
+        raise PretrainingInputError(
+            f"The corpus ({dataset_dir or ', '.join(train_files or [])}) holds no non-blank text in column {text_column!r}."
+        )
+    return dataset
+
+
+def tokenize_corpus(
+    dataset: Dataset | IterableDataset,
+    tokenizer,
+    text_column: str,
+    max_seq_length: int,
+    num_proc: int | None = None,
+    load_from_cache_file: bool = True,
+    whole_word_mask: bool = False,
+) -> Dataset | IterableDataset:
+    """One training sequence per passage, truncated to `max_seq_length` tokens; padding is the collator's.
+
+    Whole-word masking finds word boundaries from offsets, so those are kept when it is on.
+    """
+
+    def tokenize(batch):
+        return tokenizer(
+            batch[text_column],
+            truncation=True,
+            max_length=max_seq_length,
+            return_special_tokens_mask=True,
+            return_offsets_mapping=whole_word_mask,
+        )
+
+    if isinstance(dataset, IterableDataset):
+        return dataset.map(tokenize, batched=True, remove_columns=[text_column])
+    return dataset.map(
+        tokenize,
+        batched=True,
+        num_proc=num_proc,
+        remove_columns=[text_column],
+        load_from_cache_file=load_from_cache_file,
+        desc=f"Tokenizing (max {max_seq_length} tokens)",
+    )

@@ -1,0 +1,100 @@
+"""The model card of a pretraining run, rendered from `model_cards/seed_encoder.md` with the run's own metadata."""
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from huggingface_hub import ModelCard, ModelCardData
+
+from .trainer import LOSS_TERMS
+
+TEMPLATE = Path(__file__).resolve().parents[1] / "model_cards" / "seed_encoder.md"
+LOSS_PLOT = "loss_curves.png"
+
+
+def plot_loss_curves(log_history: list[dict], path: Path) -> None:
+    """PNG of the MLM and decoder losses against the step, training and (when logged) evaluation."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 4))
+    for prefix, style in (("", "-"), ("eval_", "o--")):
+        for term, color in zip(LOSS_TERMS, ("tab:blue", "tab:orange")):
+            points = [(entry["step"], entry[prefix + term]) for entry in log_history if prefix + term in entry]
+            if points:
+                steps, values = zip(*points)
+                label = f"{'eval ' if prefix else 'train '}{term.replace('_', ' ')}"
+                axes.plot(steps, values, style, color=color, label=label, alpha=1.0 if not prefix else 0.7)
+    axes.set_xlabel("step")
+    axes.set_ylabel("loss (nats per token)")
+    axes.set_title("SEED-Encoder pretraining")
+    axes.grid(alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def _last(log_history: list[dict], key: str):
+    values = [entry[key] for entry in log_history if key in entry]
+    return round(values[-1], 4) if values else "n/a"
+
+
+def render_model_card(
+    *,
+    config,
+    log_history: list[dict],
+    train_metrics: dict,
+    training_args,
+    data_description: str,
+    dataset_tags: list[str],
+    max_seq_length: int,
+    train_samples: int | None,
+    base_model: str | None,
+    repo_id: str,
+    command: list[str] | None = None,
+) -> ModelCard:
+    card_data = ModelCardData(
+        library_name="transformers",
+        license="apache-2.0",
+        pipeline_tag="feature-extraction",
+        tags=["seed-encoder", "bert", "dense-retrieval", "sentence-similarity", "pretraining"],
+        datasets=dataset_tags or None,
+        base_model=base_model,
+    )
+    loss_rows = [
+        {"name": "train (last log)", **{key: _last(log_history, key) for key in ("loss", *LOSS_TERMS)}},
+    ]
+    if any("eval_loss" in entry for entry in log_history):
+        loss_rows.append(
+            {"name": "validation", **{key: _last(log_history, f"eval_{key}") for key in ("loss", *LOSS_TERMS)}}
+        )
+    precision = "bf16 autocast" if training_args.bf16 else ("fp16" if training_args.fp16 else None)
+    return ModelCard.from_template(
+        card_data,
+        template_path=str(TEMPLATE),
+        model_name=repo_id,
+        repo_id=repo_id,
+        base_model=base_model,
+        config=config,
+        config_json=json.dumps(config.to_diff_dict(), indent=2, sort_keys=True),
+        data_description=data_description,
+        global_step=train_metrics.get("global_step", 0),
+        epochs=train_metrics.get("epoch", 0.0),
+        train_samples=train_samples,
+        max_seq_length=max_seq_length,
+        total_batch_size=training_args.per_device_train_batch_size
+        * training_args.gradient_accumulation_steps
+        * training_args.world_size,
+        world_size=training_args.world_size,
+        learning_rate=training_args.learning_rate,
+        lr_scheduler_type=str(getattr(training_args.lr_scheduler_type, "value", training_args.lr_scheduler_type)),
+        seed=training_args.seed,
+        precision=precision,
+        train_runtime=train_metrics.get("train_runtime", 0.0),
+        loss_rows=loss_rows,
+        command=shlex.join(command if command is not None else sys.argv),
+    )

@@ -1,0 +1,102 @@
+"""The output folder of a pretraining run: resume what was interrupted, refuse to mix models,
+and make the final model appear only once it is whole."""
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from .errors import PretrainingInputError
+
+# Trainer writes trainer_state.json last, so a checkpoint without it was cut short.
+CHECKPOINT_COMPLETE_MARKER = "trainer_state.json"
+# The final model is moved into place with config.json last: a folder with config.json is whole.
+FINISHED_MARKER = "config.json"
+STAGING_DIR = ".final-model-incomplete"
+# Fields that define the model's shape: a run may only continue into a folder that agrees on them.
+ARCHITECTURE_FIELDS = (
+    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
+    "max_position_embeddings", "type_vocab_size", "decoder_num_layers", "decoder_attention_span",
+    "decoder_loss_weight", "decoder_num_attention_heads", "decoder_intermediate_size",
+)
+
+
+@dataclass
+class ExistingRun:
+    config: dict
+    last_checkpoint: Path | None
+
+
+def _checkpoints(output_dir: Path) -> list[Path]:
+    found = [p for p in output_dir.glob(f"{PREFIX_CHECKPOINT_DIR}-*") if p.is_dir() and p.name.split("-")[-1].isdigit()]
+    return sorted(found, key=lambda p: int(p.name.split("-")[-1]))
+
+
+def find_existing_run(output_dir: str) -> ExistingRun | None:
+    """What an earlier run left in `output_dir`; None when the folder is absent or empty.
+
+    Checkpoints that were cut short (e.g. by `kill -9`) are removed, so the Trainer resumes from
+    the last whole one.
+    """
+    folder = Path(output_dir)
+    if not folder.is_dir() or not any(folder.iterdir()):
+        return None
+    shutil.rmtree(folder / STAGING_DIR, ignore_errors=True)
+    checkpoints = _checkpoints(folder)
+    for checkpoint in checkpoints:
+        if not (checkpoint / CHECKPOINT_COMPLETE_MARKER).is_file():
+            shutil.rmtree(checkpoint)
+    complete = [c for c in checkpoints if c.exists()]
+    last_checkpoint = complete[-1] if complete else None
+    config_file = folder / FINISHED_MARKER
+    if last_checkpoint is not None:
+        config_file = last_checkpoint / FINISHED_MARKER
+    if not config_file.is_file():
+        leftovers = sorted(p.name for p in folder.iterdir())
+        raise PretrainingInputError(
+            f"--output_dir {folder}: the folder is not empty ({', '.join(leftovers[:5])}"
+            f"{', ...' if len(leftovers) > 5 else ''}) and holds no SEED pretraining run to continue. "
+            "Choose another --output_dir, or pass --overwrite_output_dir to replace its contents."
+        )
+    return ExistingRun(config=json.loads(config_file.read_text()), last_checkpoint=last_checkpoint)
+
+
+def check_same_model(output_dir: str, existing: ExistingRun, config) -> None:
+    if existing.config.get("model_type") != config.model_type:
+        differences = [f"model_type: {existing.config.get('model_type')!r} there, {config.model_type!r} here"]
+    else:
+        differences = [
+            f"{field}: {existing.config.get(field)!r} there, {getattr(config, field)!r} here"
+            for field in ARCHITECTURE_FIELDS
+            if existing.config.get(field) != getattr(config, field)
+        ]
+    if differences:
+        raise PretrainingInputError(
+            f"--output_dir {output_dir} holds a different model ({'; '.join(differences)}). "
+            "Choose another --output_dir, or pass --overwrite_output_dir to replace it."
+        )
+
+
+def clear_output_dir(output_dir: str) -> None:
+    folder = Path(output_dir)
+    if folder.is_dir():
+        for entry in folder.iterdir():
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+
+
+def staging_dir(output_dir: str) -> Path:
+    return Path(output_dir) / STAGING_DIR
+
+
+def publish_final_model(output_dir: str) -> None:
+    """Move the staged final model into `output_dir`, config.json last."""
+    folder, staged = Path(output_dir), Path(output_dir) / STAGING_DIR
+    files = sorted(staged.iterdir(), key=lambda p: p.name == FINISHED_MARKER)
+    for path in files:
+        target = folder / path.name
+        if target.is_dir():
+            shutil.rmtree(target)
+        path.replace(target)
+    staged.rmdir()

@@ -1,0 +1,322 @@
+"""SEED-Encoder pretraining with the standard `Trainer`: the library function behind `training/pretrain.py`."""
+
+import json
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from accelerate.utils import broadcast_object_list
+from datasets import IterableDataset
+from datasets.distributed import split_dataset_by_node
+from transformers import AutoConfig, set_seed
+
+import modeling_seed  # noqa: F401  (registers SEED with the Auto classes in every process)
+from modeling_seed import DataCollatorForSeedPretraining, SeedEncoderConfig, SeedEncoderForPreTraining
+
+from .arguments import DataArguments, ModelArguments, SeedPretrainingArguments
+from .corpus import load_raw_corpus, tokenize_corpus
+from .errors import PretrainingInputError
+from .model_card import LOSS_PLOT, plot_loss_curves, render_model_card
+from .output_dir import check_same_model, clear_output_dir, find_existing_run, publish_final_model, staging_dir
+from .presets import PRESETS, preset_config
+from .tokenizer import load_tokenizer, train_wordpiece_tokenizer, wordpiece_tokenizer_from_json
+from .trainer import SeedPretrainingTrainer
+
+logger = logging.getLogger(__name__)
+BERT_FAMILY = {"bert", "roberta", "xlm-roberta", "electra", "camembert"}
+
+
+@dataclass
+class ModelSource:
+    """Where the weights come from: 'new' (random init), 'seed' (a SEED checkpoint) or 'bert' (warm start)."""
+
+    kind: str
+    config: SeedEncoderConfig
+    path: str | None = None
+    vocab_follows_tokenizer: bool = False
+
+
+def _parse_overrides(model_args: ModelArguments) -> dict:
+    overrides = {}
+    if model_args.config_overrides:
+        for item in model_args.config_overrides.split(","):
+            key, sep, value = item.partition("=")
+            key = key.strip()
+            if not sep or key not in SeedEncoderConfig.__dataclass_fields__:
+                raise PretrainingInputError(
+                    f"--config_overrides: {item!r} is not 'field=value' with a SeedEncoderConfig field "
+                    "(e.g. 'hidden_size=256,num_hidden_layers=6')."
+                )
+            try:
+                overrides[key] = json.loads(value)
+            except json.JSONDecodeError:
+                overrides[key] = value
+    if model_args.decoder_num_layers is not None:
+        overrides["decoder_num_layers"] = model_args.decoder_num_layers
+    if model_args.decoder_loss_weight is not None:
+        overrides["decoder_loss_weight"] = model_args.decoder_loss_weight
+    if model_args.decoder_attention_span is not None:
+        span = model_args.decoder_attention_span.strip().lower()
+        if span in ("full", "none"):
+            overrides["decoder_attention_span"] = None
+        elif span.isdigit():
+            overrides["decoder_attention_span"] = int(span)
+        else:
+            raise PretrainingInputError(
+                f"--decoder_attention_span {model_args.decoder_attention_span}: expected a positive integer or 'full'."
+            )
+    return overrides
+
+
+def _config(**fields) -> SeedEncoderConfig:
+    try:
+        return SeedEncoderConfig(**fields)
+    except (ValueError, TypeError) as error:
+        raise PretrainingInputError(f"Invalid model configuration: {error}") from None
+
+
+def resolve_model_source(model_args: ModelArguments) -> ModelSource:
+    overrides = _parse_overrides(model_args)
+    if model_args.model_name_or_path is not None:
+        path = model_args.model_name_or_path
+        if not Path(path).is_dir():
+            raise PretrainingInputError(
+                f"--model_name_or_path {path}: no such folder. Pass a local checkpoint folder (this script downloads nothing)."
+            )
+        try:
+            base = AutoConfig.from_pretrained(path).to_dict()
+        except (OSError, ValueError) as error:
+            raise PretrainingInputError(f"--model_name_or_path {path}: cannot read its config.json ({error}).") from None
+        model_type = base.get("model_type")
+        if model_type not in BERT_FAMILY | {SeedEncoderConfig.model_type}:
+            raise PretrainingInputError(
+                f"--model_name_or_path {path}: model_type {model_type!r} is neither a SEED checkpoint nor a BERT-family "
+                f"encoder ({', '.join(sorted(BERT_FAMILY))}) to warm-start from."
+            )
+        for key in ("model_type", "architectures", "auto_map", "transformers_version", "_name_or_path", "dtype", "torch_dtype"):
+            base.pop(key, None)
+        fields = {key: value for key, value in base.items() if key in SeedEncoderConfig.__dataclass_fields__}
+        kind = "seed" if model_type == SeedEncoderConfig.model_type else "bert"
+        return ModelSource(kind=kind, config=_config(**{**fields, **overrides}), path=path)
+
+    name = model_args.config_name or "seed-tiny"
+    if name in PRESETS:
+        try:
+            config = preset_config(name, **overrides)
+        except (ValueError, TypeError) as error:
+            raise PretrainingInputError(f"Invalid model configuration: {error}") from None
+        return ModelSource(kind="new", config=config, vocab_follows_tokenizer="vocab_size" not in overrides)
+    config_path = Path(name)
+    if config_path.is_dir():
+        config_path = config_path / "config.json"
+    if not config_path.is_file():
+        raise PretrainingInputError(
+            f"--config_name {name}: neither a preset ({', '.join(PRESETS)}) nor an existing config.json file or folder."
+        )
+    try:
+        fields = json.loads(config_path.read_text())
+    except json.JSONDecodeError as error:
+        raise PretrainingInputError(f"--config_name {config_path}, line {error.lineno}: not valid JSON ({error.msg}).") from None
+    for key in ("model_type", "architectures", "auto_map", "transformers_version", "_name_or_path"):
+        fields.pop(key, None)
+    return ModelSource(kind="new", config=_config(**{**fields, **overrides}))
+
+
+def check_lengths(config: SeedEncoderConfig, data_args: DataArguments) -> None:
+    if data_args.max_seq_length > config.max_position_embeddings:
+        raise PretrainingInputError(
+            f"--max_seq_length {data_args.max_seq_length} exceeds the model's max_position_embeddings "
+            f"({config.max_position_embeddings}). Lower --max_seq_length, or for a new model raise it with "
+            f"--config_overrides max_position_embeddings={data_args.max_seq_length}."
+        )
+    if data_args.max_seq_length < 3:
+        raise PretrainingInputError(f"--max_seq_length {data_args.max_seq_length}: needs room for [CLS], a token and [SEP].")
+
+
+def check_vocabulary(tokenizer, config: SeedEncoderConfig, tokenizer_source: str) -> None:
+    if len(tokenizer) > config.vocab_size:
+        raise PretrainingInputError(
+            f"The tokenizer from {tokenizer_source} has {len(tokenizer)} tokens, more than the model's vocab_size "
+            f"({config.vocab_size}): its ids would index past the embedding table. Use a matching tokenizer, or for a "
+            f"new model pass --config_overrides vocab_size={len(tokenizer)}."
+        )
+
+
+def _describe_data(data_args: DataArguments) -> tuple[str, list[str]]:
+    if data_args.dataset_dir:
+        return f"`{data_args.dataset_dir}` (datasets save_to_disk folder)", []
+    if data_args.train_file:
+        return ", ".join(f"`{Path(name).name}`" for name in data_args.train_file), []
+    return "CPython's bundled reference documentation (`pydoc_data.topics`), the no-download default corpus", []
+
+
+def shared_trained_tokenizer(raw_corpus, text_column: str, vocab_size: int, model_max_length: int, training_args):
+    """A WordPiece tokenizer trained on the corpus by the main process and sent to every other rank."""
+    serialized = [None]
+    if training_args.process_index == 0:
+        logger.info("Training a %d-token WordPiece tokenizer on the corpus", vocab_size)
+        texts = (record[text_column] for record in raw_corpus)
+        serialized[0] = train_wordpiece_tokenizer(texts, vocab_size, model_max_length).backend_tokenizer.to_str()
+    if training_args.world_size > 1:
+        broadcast_object_list(serialized, from_process=0)
+    return wordpiece_tokenizer_from_json(serialized[0], model_max_length)
+
+
+def push_final_model(training_args: SeedPretrainingArguments) -> None:
+    """Upload the final folder as it is (our model card included; checkpoints left out)."""
+    from huggingface_hub import HfApi
+
+    api = HfApi(token=training_args.hub_token)
+    repo_id = training_args.hub_model_id or Path(training_args.output_dir).resolve().name
+    api.create_repo(repo_id, private=training_args.hub_private_repo, exist_ok=True)
+    api.upload_folder(
+        repo_id=repo_id,
+        folder_path=training_args.output_dir,
+        ignore_patterns=["checkpoint-*", "checkpoint-*/**", "*.tmp", ".*"],
+        commit_message="SEED-Encoder pretraining: final model",
+    )
+
+
+def run_pretraining(
+    model_args: ModelArguments, data_args: DataArguments, training_args: SeedPretrainingArguments
+) -> Path:
+    """Pre-train a SEED-Encoder and write it to `training_args.output_dir`; returns that folder.
+
+    Every input is checked before anything is written, a run interrupted at any point resumes from
+    its last whole checkpoint, and the final model appears in the folder only once it is complete.
+    """
+    logging.basicConfig(
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        level=logging.INFO if training_args.should_log else logging.WARNING,
+    )
+    streaming = data_args.streaming
+    validation_percentage = data_args.validation_split_percentage
+    if validation_percentage is None:
+        validation_percentage = 0.0 if streaming else 5.0
+    if streaming and validation_percentage > 0:
+        raise PretrainingInputError("--validation_split_percentage is not available with --streaming; set it to 0.")
+    if streaming and training_args.max_steps <= 0:
+        raise PretrainingInputError("--streaming needs --max_steps: a stream has no length to count epochs by.")
+    if not 0 <= validation_percentage < 100:
+        raise PretrainingInputError(f"--validation_split_percentage {validation_percentage}: must be in [0, 100).")
+
+    source = resolve_model_source(model_args)
+    config = source.config
+    check_lengths(config, data_args)
+    raw_corpus = load_raw_corpus(data_args.train_file, data_args.dataset_dir, data_args.text_column, streaming)
+    if data_args.max_train_samples is not None:
+        raw_corpus = raw_corpus.take(data_args.max_train_samples) if streaming else raw_corpus.select(
+            range(min(data_args.max_train_samples, len(raw_corpus)))
+        )
+
+    existing = None
+    if training_args.overwrite_output_dir:
+        if training_args.resume_from_checkpoint:
+            raise PretrainingInputError("--overwrite_output_dir and --resume_from_checkpoint contradict each other.")
+    else:
+        # The main process removes cut-short checkpoints first; the others then see the cleaned folder.
+        with training_args.main_process_first(desc="inspecting --output_dir"):
+            existing = find_existing_run(training_args.output_dir)
+
+    if model_args.tokenizer_name:
+        tokenizer, tokenizer_source = load_tokenizer(model_args.tokenizer_name), f"--tokenizer_name {model_args.tokenizer_name}"
+    elif existing is not None and existing.last_checkpoint is not None:
+        tokenizer = load_tokenizer(str(existing.last_checkpoint), "--output_dir checkpoint")
+        tokenizer_source = str(existing.last_checkpoint)
+    elif source.path is not None:
+        tokenizer = load_tokenizer(source.path, "--model_name_or_path")
+        tokenizer_source = f"--model_name_or_path {source.path}"
+    else:
+        tokenizer = shared_trained_tokenizer(
+            raw_corpus, data_args.text_column, model_args.tokenizer_vocab_size or config.vocab_size,
+            config.max_position_embeddings, training_args,
+        )
+        tokenizer_source = "the trained WordPiece tokenizer"
+        source.vocab_follows_tokenizer = "vocab_size" not in _parse_overrides(model_args)
+    if source.vocab_follows_tokenizer:
+        config.vocab_size = len(tokenizer)
+    check_vocabulary(tokenizer, config, tokenizer_source)
+    if existing is not None:
+        check_same_model(training_args.output_dir, existing, config)
+
+    resume_from = training_args.resume_from_checkpoint
+    if resume_from is None and existing is not None and existing.last_checkpoint is not None:
+        resume_from = str(existing.last_checkpoint)
+        logger.warning("Resuming from %s (pass --overwrite_output_dir to start over)", resume_from)
+    if training_args.overwrite_output_dir:
+        with training_args.main_process_first(desc="clearing --output_dir"):
+            if training_args.process_index == 0:
+                clear_output_dir(training_args.output_dir)
+
+    set_seed(training_args.seed)
+    if source.kind == "new":
+        model = SeedEncoderForPreTraining(config)
+    elif source.kind == "seed":
+        model = SeedEncoderForPreTraining.from_pretrained(source.path, config=config)
+    else:
+        model = SeedEncoderForPreTraining.from_pretrained(source.path, config=config)
+
+    with training_args.main_process_first(desc="tokenizing the corpus"):
+        if not streaming and validation_percentage > 0:
+            split = raw_corpus.train_test_split(test_size=validation_percentage / 100, seed=training_args.seed)
+            train_texts, eval_texts = split["train"], split["test"]
+        else:
+            train_texts, eval_texts = raw_corpus, None
+        tokenize_kwargs = dict(
+            tokenizer=tokenizer,
+            text_column=data_args.text_column,
+            max_seq_length=data_args.max_seq_length,
+            num_proc=data_args.preprocessing_num_workers,
+            load_from_cache_file=not data_args.overwrite_cache,
+            whole_word_mask=data_args.whole_word_mask,
+        )
+        train_dataset = tokenize_corpus(train_texts, **tokenize_kwargs)
+        eval_dataset = tokenize_corpus(eval_texts, **tokenize_kwargs) if eval_texts is not None else None
+    if isinstance(train_dataset, IterableDataset) and training_args.world_size > 1:
+        train_dataset = split_dataset_by_node(train_dataset, rank=training_args.process_index, world_size=training_args.world_size)
+
+    collator = DataCollatorForSeedPretraining(
+        tokenizer=tokenizer,
+        mlm_probability=data_args.mlm_probability,
+        whole_word_mask=data_args.whole_word_mask,
+        seed=training_args.seed,
+    )
+    trainer = SeedPretrainingTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        data_collator=collator,
+        processing_class=tokenizer,
+    )
+    train_result = trainer.train(resume_from_checkpoint=resume_from)
+    metrics = dict(train_result.metrics)
+    if eval_dataset is not None:
+        metrics.update(trainer.evaluate())
+    metrics["global_step"] = trainer.state.global_step
+    trainer.save_metrics("all", metrics)
+
+    staged = staging_dir(training_args.output_dir)
+    trainer.save_model(str(staged))  # on every process: sharded (FSDP, DeepSpeed) weights are gathered here
+    if trainer.is_world_process_zero():
+        plot_loss_curves(trainer.state.log_history, staged / LOSS_PLOT)
+        description, dataset_tags = _describe_data(data_args)
+        card = render_model_card(
+            config=trainer.model.config,
+            log_history=trainer.state.log_history,
+            train_metrics={**metrics, "epoch": trainer.state.epoch or 0.0},
+            training_args=training_args,
+            data_description=description,
+            dataset_tags=dataset_tags,
+            max_seq_length=data_args.max_seq_length,
+            train_samples=None if streaming else len(train_dataset),
+            base_model=source.path if source.kind == "bert" else None,
+            repo_id=training_args.hub_model_id or Path(training_args.output_dir).name,
+        )
+        card.save(staged / "README.md")
+        publish_final_model(training_args.output_dir)
+        if training_args.push_to_hub:
+            push_final_model(training_args)
+    trainer.accelerator.wait_for_everyone()
+    return Path(training_args.output_dir)

@@ -59,7 +59,7 @@ class DataArguments:
     train_file: list[str] | None = field(
         default=None,
         metadata={
-            "help": "One or more training files of one format: plain text (one passage per line), JSON lines "
+            "help": "One or more training files, in any mix of: plain text (one passage per line), JSON lines "
             "(text in --text_column; a BEIR corpus.jsonl has title and text joined) or parquet. With neither this "
             "nor --dataset_dir, CPython's bundled documentation (pydoc_data) is used, so the run needs no download."
         },

@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from datasets import Dataset, DatasetDict, IterableDataset, load_dataset, load_from_disk
+from datasets import Dataset, DatasetDict, IterableDataset, concatenate_datasets, load_dataset, load_from_disk
 
 from .errors import PretrainingInputError
 
@@ -117,18 +117,30 @@ def check_train_files(train_files: list[str], text_column: str, streaming: bool 
         elif kind == "json":
             check_json_lines_file(path, text_column, limit)
         paths.append(path)
-    if len({file_format(path) for path in paths}) > 1:
-        raise PretrainingInputError(
-            "--train_file: all files must have one format (text, JSON lines or parquet); got "
-            + ", ".join(f"{path} ({file_format(path)})" for path in paths)
-            + ". Convert them, or save them together with Dataset.save_to_disk and pass --dataset_dir."
-        )
     return paths
 
 
 def _join_title(record: dict, text_column: str) -> dict:
     title = record.get(BEIR_TITLE_COLUMN) or ""
     return {text_column: f"{title} {record[text_column]}".strip() if title else record[text_column]}
+
+
+def _only_column(dataset, text_column: str):
+    extra_columns = [name for name in (dataset.column_names or []) if name != text_column]
+    return dataset.remove_columns(extra_columns) if extra_columns else dataset
+
+
+def _load_files(kind: str, files: list[str], text_column: str, streaming: bool, cache_dir: str | None):
+    """Files of one format as a dataset with the single column `text_column`."""
+    loader_kwargs = {"sample_by": "line"} if kind == "text" else {}
+    dataset = load_dataset(
+        kind, data_files={"train": files}, split="train", streaming=streaming, cache_dir=cache_dir, **loader_kwargs
+    )
+    if kind == "text" and text_column != "text":
+        dataset = dataset.rename_column("text", text_column)
+    if BEIR_TITLE_COLUMN in (dataset.column_names or []) and text_column != BEIR_TITLE_COLUMN:
+        dataset = dataset.map(_join_title, fn_kwargs={"text_column": text_column})
+    return _only_column(dataset, text_column)
 
 
 def load_raw_corpus(
@@ -163,29 +175,19 @@ def load_raw_corpus(
             dataset = dataset.to_iterable_dataset()
     elif train_files:
         paths = check_train_files(train_files, text_column, streaming)
-        kind = file_format(paths[0])
-        loader_kwargs = {"sample_by": "line"} if kind == "text" else {}
-        dataset = load_dataset(
-            kind,
-            data_files={"train": [str(path) for path in paths]},
-            split="train",
-            streaming=streaming,
-            cache_dir=cache_dir,
-            **loader_kwargs,
-        )
-        if kind == "text" and text_column != "text":
-            dataset = dataset.rename_column("text", text_column)
-        column_names = dataset.column_names or []
-        if BEIR_TITLE_COLUMN in column_names and text_column != BEIR_TITLE_COLUMN:
-            dataset = dataset.map(_join_title, fn_kwargs={"text_column": text_column})
+        files_by_format = {}
+        for path in paths:
+            files_by_format.setdefault(file_format(path), []).append(str(path))
+        parts = [
+            _load_files(kind, files, text_column, streaming, cache_dir) for kind, files in files_by_format.items()
+        ]
+        dataset = parts[0] if len(parts) == 1 else concatenate_datasets(parts)
     else:
         dataset = Dataset.from_dict({text_column: embedded_corpus_passages()})
         if streaming:
             dataset = dataset.to_iterable_dataset()
 
-    extra_columns = [name for name in (dataset.column_names or []) if name != text_column]
-    if extra_columns:
-        dataset = dataset.remove_columns(extra_columns)
+    dataset = _only_column(dataset, text_column)
     dataset = dataset.filter(lambda record: bool(record[text_column] and record[text_column].strip()))
     if not streaming and len(dataset) == 0:
         raise PretrainingInputError(

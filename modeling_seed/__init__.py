@@ -9,7 +9,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoModelF
 
 from .configuration_seed import SeedEncoderConfig
 from .data_collator import DataCollatorForSeedPretraining
-from .linear_cross_entropy import linear_cross_entropy
+from .chunked_loss import linear_cross_entropy
 from .modeling_seed import (
     SeedDecoderOutput,
     SeedEncoderForMaskedLM,

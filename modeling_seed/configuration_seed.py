@@ -26,8 +26,11 @@ class SeedEncoderConfig(PreTrainedConfig):
     decoder_num_layers (`int`, defaults to 3):
         Depth of the weak decoder.
     decoder_attention_span (`int` or `None`, defaults to 2):
-        Decoder position i attends to positions i-span+1..i and to position 0 (the start position).
-        `None` gives an ordinary causal decoder (the paper's "strong decoder" ablation).
+        In every decoder layer, position i attends to positions i-span+1..i and to position 0 (the start
+        position). Position i predicts token i from token i-1, so one layer with span k reads tokens
+        i-k..i-1; as in sliding-window attention, stacked layers chain the window, and an L-layer decoder
+        reads back to token i-L*(k-1)-1. `None` gives an ordinary causal decoder (the paper's "strong
+        decoder" ablation).
     decoder_loss_weight (`float`, defaults to 1.0):
         lambda in loss = MLM + lambda * reconstruction. 0 builds no decoder: the MLM-only baseline.
     decoder_num_attention_heads (`int`, *optional*):
@@ -87,9 +90,10 @@ class SeedEncoderConfig(PreTrainedConfig):
         for heads_name in ("num_attention_heads", "decoder_num_attention_heads"):
             heads = getattr(self, heads_name)
             if self.hidden_size % heads != 0:
+                divisors = [n for n in range(1, min(self.hidden_size, 64) + 1) if self.hidden_size % n == 0]
                 raise ValueError(
                     f"SeedEncoderConfig: `hidden_size` ({self.hidden_size}) must be divisible by `{heads_name}` "
-                    f"({heads}); choose a head count that divides it, e.g. {self.hidden_size // 64 or 1}."
+                    f"({heads}); head counts that divide it: {', '.join(map(str, divisors))}."
                 )
         if self.decoder_num_layers < 0:
             raise ValueError(f"SeedEncoderConfig: `decoder_num_layers` must be >= 0, got {self.decoder_num_layers}.")
@@ -123,7 +127,7 @@ class SeedEncoderConfig(PreTrainedConfig):
 
     def decoder_layer_config(self) -> BertConfig:
         """The config each decoder layer is built from: BERT layers with cross-attention, at decoder sizes."""
-        layer_config = BertConfig(
+        return BertConfig(
             vocab_size=self.vocab_size,
             hidden_size=self.hidden_size,
             num_hidden_layers=self.decoder_num_layers,
@@ -139,8 +143,6 @@ class SeedEncoderConfig(PreTrainedConfig):
             is_decoder=True,
             add_cross_attention=True,
         )
-        layer_config._attn_implementation = self._attn_implementation
-        return layer_config
 
 
 __all__ = ["SeedEncoderConfig"]

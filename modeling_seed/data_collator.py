@@ -1,13 +1,14 @@
 """Batches for SEED pretraining: BERT masking for the encoder, the unmasked ids for the decoder."""
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from transformers import DataCollatorForLanguageModeling
 
-from .linear_cross_entropy import IGNORE_INDEX
+from .chunked_loss import IGNORE_INDEX
 
 
 @dataclass
@@ -29,10 +30,27 @@ class DataCollatorForSeedPretraining(DataCollatorForLanguageModeling):
         return super().torch_mask_tokens(inputs, special_tokens_mask=special_tokens_mask, offset_mapping=offset_mapping)
 
     def torch_call(self, examples: list[Any]) -> dict[str, Any]:
+        if self.whole_word_mask and isinstance(examples[0], Mapping) and "offset_mapping" in examples[0]:
+            examples = self._pad_offset_mappings(examples)
         batch = super().torch_call(examples)
         # Masking only rewrites positions that get a label, and the label is the original id there.
         batch["unmasked_input_ids"] = torch.where(batch["labels"] != IGNORE_INDEX, batch["labels"], batch["input_ids"])
         return batch
+
+
+    def _pad_offset_mappings(self, examples: list[Mapping]) -> list[dict]:
+        """Whole-word masking reads word boundaries from `offset_mapping`, which `tokenizer.pad` cannot pad;
+        pad it here to the length the ids will get, with the (0, 0) offsets of special tokens."""
+        length = max(len(example["input_ids"]) for example in examples)
+        if self.pad_to_multiple_of:
+            length = -(-length // self.pad_to_multiple_of) * self.pad_to_multiple_of
+        padded = []
+        for example in examples:
+            offsets = [tuple(pair) for pair in example["offset_mapping"]]
+            filler = [(0, 0)] * (length - len(offsets))
+            offsets = filler + offsets if self.tokenizer.padding_side == "left" else offsets + filler
+            padded.append({**example, "offset_mapping": offsets})
+        return padded
 
 
 __all__ = ["DataCollatorForSeedPretraining"]

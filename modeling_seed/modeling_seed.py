@@ -21,13 +21,14 @@ from transformers.models.bert.modeling_bert import (
     BertLMPredictionHead,
     BertOnlyMLMHead,
     BertSelfAttention,
+    BertCrossAttention,
 )
 from transformers.utils import ModelOutput
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_seed import SeedEncoderConfig
-from .linear_cross_entropy import IGNORE_INDEX, linear_cross_entropy
+from .chunked_loss import IGNORE_INDEX, linear_cross_entropy
 
 
 def decoder_attention_mask(length: int, span: int | None, device=None) -> torch.Tensor:
@@ -94,6 +95,11 @@ class SeedWeakDecoder(nn.Module):
         self.start_token_id = config.decoder_start_token_id
         self.embeddings = BertEmbeddings(layer_config)
         self.layer = nn.ModuleList([BertLayer(layer_config, layer_idx=i) for i in range(config.decoder_num_layers)])
+        # Attention modules look up the attention backend in their config at run time: point them at the
+        # model's config so `attn_implementation` / `set_attn_implementation` reach the decoder too.
+        for module in self.layer.modules():
+            if isinstance(module, (BertSelfAttention, BertCrossAttention)):
+                module.config = config
 
     def forward(
         self,

@@ -122,6 +122,9 @@ class SeedPretrainingArguments(TrainingArguments):
         default=0.06, metadata={"help": "Warm-up: a number of steps, or a fraction of all steps when below 1."}
     )
     logging_steps: float = field(default=10, metadata={"help": "Log the losses every N steps."})
+    logging_first_step: bool = field(
+        default=True, metadata={"help": "Also log the losses of the first step (the start of the loss curves)."}
+    )
     save_steps: float = field(default=100, metadata={"help": "Save a resumable checkpoint every N steps."})
     save_total_limit: int | None = field(default=2, metadata={"help": "Keep at most this many checkpoints."})
     remove_unused_columns: bool = field(

@@ -70,7 +70,11 @@ def _lines(path: Path, limit_bytes: int | None) -> Iterator[tuple[int, str]]:
 
 
 def check_text_file(path: Path, limit_bytes: int | None = None) -> None:
-    if not any(line.strip() for _, line in _lines(path, limit_bytes)):
+    # Read every line (no early exit at the first passage): a bad byte anywhere must be reported here.
+    has_text = False
+    for _, line in _lines(path, limit_bytes):
+        has_text = has_text or bool(line.strip())
+    if not has_text:
         raise PretrainingInputError(
             f"--train_file {path}: every line is blank, so there is no text to pre-train on. "
             "Put one passage per line."

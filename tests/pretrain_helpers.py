@@ -1,0 +1,71 @@
+"""What the `test_pretrain_*` specifications share: the script, a tiny model shape, and ways to run it.
+
+A run is either `pretrain(argv)` (the script's `main`, in this process: fast, for most specs) or
+`run_script(argv)` (a real `python training/pretrain.py` subprocess: for exit statuses, kills and
+launchers). Both take the same flags.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from safetensors.torch import load_file
+
+from training.pretrain import main
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PRETRAIN_SCRIPT = REPO_ROOT / "training" / "pretrain.py"
+
+# A model that trains a step in a fraction of a second on one CPU thread.
+TINY_MODEL = "hidden_size=64,num_hidden_layers=2,num_attention_heads=2,intermediate_size=128"
+TINY_RUN = [
+    "--config_overrides", TINY_MODEL,
+    "--max_train_samples", "200",
+    "--per_device_train_batch_size", "8",
+    "--validation_split_percentage", "0",
+    "--logging_steps", "1",
+    "--report_to", "none",
+    "--dataloader_pin_memory", "false",
+]
+
+
+def pretrain(argv: list[str]) -> int:
+    """`python training/pretrain.py ARGV`, in this process: 0 on success, 2 on bad input."""
+    return main([str(arg) for arg in argv])
+
+
+def subprocess_env() -> dict[str, str]:
+    """The current environment, with one thread per process (tiny models; a shared, busy CPU)."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def script_command(argv: list[str]) -> list[str]:
+    return [sys.executable, str(PRETRAIN_SCRIPT), *map(str, argv)]
+
+
+def run_script(argv: list[str], timeout: float = 240) -> subprocess.CompletedProcess:
+    """`python training/pretrain.py ARGV` as a real subprocess, run from the repository root."""
+    return subprocess.run(
+        script_command(argv), cwd=REPO_ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=timeout
+    )
+
+
+def write_lines(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def weights(folder: Path) -> dict:
+    """Every tensor of `folder/model.safetensors`, by name."""
+    return load_file(str(folder / "model.safetensors"))
+
+
+def max_abs_difference(first: dict, second: dict) -> float:
+    assert first.keys() == second.keys()
+    return max(float((first[name].float() - second[name].float()).abs().max()) for name in first)
+
+
+def looks_finished(folder: Path) -> bool:
+    """Whether `folder` holds something a loader would take for a final model."""
+    return (folder / "config.json").exists() or (folder / "model.safetensors").exists()

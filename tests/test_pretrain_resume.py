@@ -1,0 +1,114 @@
+"""An interrupted pretraining run, rerun with the same command, ends with the very weights of an uninterrupted one.
+
+Every run here trains the same tiny model for 12 steps with a checkpoint every 4, on the same
+real text, seed and tokenizer (a WordPiece vocabulary is trained once and passed with
+--tokenizer_name: training one is not deterministic across processes).
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+
+from pretrain_helpers import (
+    REPO_ROOT,
+    TINY_RUN,
+    looks_finished,
+    max_abs_difference,
+    pretrain,
+    run_script,
+    script_command,
+    subprocess_env,
+    weights,
+    write_lines,
+)
+from training.tokenizer import train_wordpiece_tokenizer
+
+STEPS, SAVE_EVERY = 12, 4
+
+
+@pytest.fixture(scope="module")
+def command(tmp_path_factory, pretrain_lines):
+    """`command(output_dir)` -> the flags of one 12-step run into `output_dir`."""
+    data = tmp_path_factory.mktemp("resume-data")
+    lines = pretrain_lines(200)
+    corpus = write_lines(data / "corpus.txt", lines)
+    tokenizer_dir = data / "tokenizer"
+    train_wordpiece_tokenizer(lines, vocab_size=2000, model_max_length=512).save_pretrained(tokenizer_dir)
+
+    def flags(output_dir):
+        return [
+            "--train_file", corpus, "--tokenizer_name", tokenizer_dir, "--output_dir", output_dir, *TINY_RUN,
+            "--max_steps", STEPS, "--save_steps", SAVE_EVERY, "--seed", "7",
+        ]
+
+    return flags
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, command):
+    """The output folder of the run that nothing interrupted."""
+    out = tmp_path_factory.mktemp("uninterrupted") / "out"
+    assert pretrain(command(out)) == 0
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-12", "checkpoint-8"]
+    return out
+
+
+def global_step(folder) -> int:
+    return json.loads((folder / "trainer_state.json").read_text())["global_step"]
+
+
+def test_run_killed_with_sigkill_resumes_to_identical_weights(tmp_path, command, uninterrupted):
+    out = tmp_path / "out"
+    checkpoint_8_done = out / "checkpoint-8" / "trainer_state.json"
+    with open(tmp_path / "killed.log", "w") as log:
+        process = subprocess.Popen(
+            script_command(command(out)), cwd=REPO_ROOT, env=subprocess_env(), stdout=log, stderr=log
+        )
+        deadline = time.monotonic() + 240
+        while not checkpoint_8_done.exists():
+            assert process.poll() is None, f"the run ended (status {process.returncode}) before checkpoint-8"
+            assert time.monotonic() < deadline, "no checkpoint-8 within 240 s"
+            time.sleep(0.02)
+        os.kill(process.pid, signal.SIGKILL)
+        assert process.wait(timeout=30) == -signal.SIGKILL
+    assert not looks_finished(out)
+
+    resumed = run_script(command(out))
+
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"Resuming from {out / 'checkpoint-8'}" in resumed.stderr
+    assert global_step(out / "checkpoint-12") == STEPS
+    assert max_abs_difference(weights(out), weights(uninterrupted)) <= 1e-6
+
+
+def test_checkpoint_cut_short_is_removed_and_the_previous_one_resumed(tmp_path, caplog, command, uninterrupted):
+    out = tmp_path / "out"
+    # What a kill during the save of checkpoint-12 leaves: checkpoint-8 whole, checkpoint-12 without
+    # trainer_state.json (written last), and no final model.
+    for name in ("checkpoint-8", "checkpoint-12"):
+        shutil.copytree(uninterrupted / name, out / name)
+    (out / "checkpoint-12" / "trainer_state.json").unlink()
+    (out / "checkpoint-12" / "model.safetensors").write_bytes(b"truncated")
+
+    assert pretrain(command(out)) == 0
+
+    assert f"Resuming from {out / 'checkpoint-8'}" in caplog.text
+    assert global_step(out / "checkpoint-12") == STEPS
+    assert max_abs_difference(weights(out / "checkpoint-12"), weights(uninterrupted / "checkpoint-12")) <= 1e-6
+    assert max_abs_difference(weights(out), weights(uninterrupted)) <= 1e-6
+
+
+def test_resume_from_checkpoint_continues_a_run_from_another_folder(tmp_path, command, uninterrupted):
+    out = tmp_path / "out"
+
+    status = pretrain([*command(out), "--resume_from_checkpoint", uninterrupted / "checkpoint-8"])
+
+    assert status == 0
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-12"]
+    assert global_step(out / "checkpoint-12") == STEPS
+    assert max_abs_difference(weights(out), weights(uninterrupted)) <= 1e-6

@@ -117,6 +117,14 @@ class SeedEncoderConfig(PreTrainedConfig):
                     f"SeedEncoderConfig: `{name}` ({token_id}) must be a vocabulary id in [0, {self.vocab_size})."
                 )
 
+    @classmethod
+    def from_config_dict(cls, config_dict: dict, **overrides) -> "SeedEncoderConfig":
+        """A SEED config taking its shape from another model's config dict: BERT's encoder fields from any
+        BERT-family config (a warm start gets the default decoder), and the decoder's too from a SEED
+        config. Every other entry is ignored; `overrides` win."""
+        shape = {key: value for key, value in config_dict.items() if key in cls.__annotations__}
+        return cls(**{**shape, **overrides})
+
     def to_dict(self) -> dict:
         config_dict = super().to_dict()
         # sentence-transformers' SparseEncoder builds a SPLADE model only when an architecture ends in

@@ -284,10 +284,7 @@ class SeedEncoderForPreTraining(SeedEncoderPreTrainedModel):
         from transformers import AutoConfig
 
         bert_config = AutoConfig.from_pretrained(bert_path).to_dict()
-        for key in ("model_type", "architectures", "auto_map", "transformers_version", "_name_or_path"):
-            bert_config.pop(key, None)
-        config = SeedEncoderConfig(**{**bert_config, **config_overrides})
-        return cls.from_pretrained(bert_path, config=config)
+        return cls.from_pretrained(bert_path, config=SeedEncoderConfig.from_config_dict(bert_config, **config_overrides))
 
     def get_output_embeddings(self):
         return self.cls.predictions.decoder

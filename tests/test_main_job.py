@@ -11,8 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 
-import modeling_seed  # noqa: F401
+from sentence_transformers import SentenceTransformer
+from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
 from transformers import AutoModel, AutoModelForMaskedLM, AutoModelForPreTraining, AutoTokenizer
+
+import modeling_seed  # noqa: F401  (registers SEED with the Auto classes)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MAIN_JOB_BUDGET_SECONDS = 15 * 60
@@ -73,9 +76,6 @@ def test_main_job_output_loads_as_encoder_masked_lm_and_pretraining_model(main_j
 
 
 def test_main_job_output_encodes_with_sentence_transformers(main_job):
-    from sentence_transformers import SentenceTransformer
-from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
-
     _, output_dir, _ = main_job
     transformer = Transformer(str(output_dir))
     model = SentenceTransformer(modules=[transformer, Pooling(transformer.get_embedding_dimension(), "cls")])

@@ -1,7 +1,5 @@
 """Named SEED-Encoder shapes for `--config_name`; every other field keeps `SeedEncoderConfig`'s default."""
 
-from modeling_seed import SeedEncoderConfig
-
 PRESETS = {
     # Demos and tests: pre-trains in minutes on two CPU cores, with a WordPiece vocabulary trained on the corpus.
     "seed-tiny": dict(
@@ -18,6 +16,3 @@ PRESETS = {
     ),
 }
 
-
-def preset_config(name: str, **overrides) -> SeedEncoderConfig:
-    return SeedEncoderConfig(**{**PRESETS[name], **overrides})

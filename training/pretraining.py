@@ -18,7 +18,7 @@ from .corpus import load_raw_corpus, tokenize_corpus
 from .errors import PretrainingInputError
 from .model_card import LOSS_PLOT, plot_loss_curves, render_model_card
 from .output_dir import check_same_model, clear_output_dir, find_existing_run, publish_final_model, staging_dir
-from .presets import PRESETS, preset_config
+from .presets import PRESETS
 from .tokenizer import load_tokenizer, train_wordpiece_tokenizer, wordpiece_tokenizer_from_json
 from .trainer import SeedPretrainingTrainer
 
@@ -68,9 +68,9 @@ def _parse_overrides(model_args: ModelArguments) -> dict:
     return overrides
 
 
-def _config(**fields) -> SeedEncoderConfig:
+def _config(shape: dict, overrides: dict) -> SeedEncoderConfig:
     try:
-        return SeedEncoderConfig(**fields)
+        return SeedEncoderConfig.from_config_dict(shape, **overrides)
     except (ValueError, TypeError) as error:
         raise PretrainingInputError(f"Invalid model configuration: {error}") from None
 
@@ -93,18 +93,12 @@ def resolve_model_source(model_args: ModelArguments) -> ModelSource:
                 f"--model_name_or_path {path}: model_type {model_type!r} is neither a SEED checkpoint nor a BERT-family "
                 f"encoder ({', '.join(sorted(BERT_FAMILY))}) to warm-start from."
             )
-        for key in ("model_type", "architectures", "auto_map", "transformers_version", "_name_or_path", "dtype", "torch_dtype"):
-            base.pop(key, None)
-        fields = {key: value for key, value in base.items() if key in SeedEncoderConfig.__dataclass_fields__}
         kind = "seed" if model_type == SeedEncoderConfig.model_type else "bert"
-        return ModelSource(kind=kind, config=_config(**{**fields, **overrides}), path=path)
+        return ModelSource(kind=kind, config=_config(base, overrides), path=path)
 
     name = model_args.config_name or "seed-tiny"
     if name in PRESETS:
-        try:
-            config = preset_config(name, **overrides)
-        except (ValueError, TypeError) as error:
-            raise PretrainingInputError(f"Invalid model configuration: {error}") from None
+        config = _config(PRESETS[name], overrides)
         return ModelSource(kind="new", config=config, vocab_follows_tokenizer="vocab_size" not in overrides)
     config_path = Path(name)
     if config_path.is_dir():
@@ -117,9 +111,7 @@ def resolve_model_source(model_args: ModelArguments) -> ModelSource:
         fields = json.loads(config_path.read_text())
     except json.JSONDecodeError as error:
         raise PretrainingInputError(f"--config_name {config_path}, line {error.lineno}: not valid JSON ({error.msg}).") from None
-    for key in ("model_type", "architectures", "auto_map", "transformers_version", "_name_or_path"):
-        fields.pop(key, None)
-    return ModelSource(kind="new", config=_config(**{**fields, **overrides}))
+    return ModelSource(kind="new", config=_config(fields, overrides))
 
 
 def check_lengths(config: SeedEncoderConfig, data_args: DataArguments) -> None:
@@ -249,11 +241,10 @@ def run_pretraining(
                 clear_output_dir(training_args.output_dir)
 
     set_seed(training_args.seed)
-    if source.kind == "new":
+    if source.path is None:
         model = SeedEncoderForPreTraining(config)
-    elif source.kind == "seed":
-        model = SeedEncoderForPreTraining.from_pretrained(source.path, config=config)
     else:
+        # A BERT checkpoint shares the encoder's (and MLM head's) parameter names: a warm start is a plain load.
         model = SeedEncoderForPreTraining.from_pretrained(source.path, config=config)
 
     with training_args.main_process_first(desc="tokenizing the corpus"):

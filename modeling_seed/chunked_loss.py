@@ -23,26 +23,34 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, bias, targets):
         num_rows = hidden.shape[0]
+        # Under autocast the projection runs in the autocast dtype; cast the weight once, not per chunk.
+        compute_dtype = F.linear(hidden[:1], weight[:1]).dtype
+        compute_weight = weight.to(compute_dtype)
         grad_hidden = torch.empty_like(hidden)
         grad_weight = torch.zeros_like(weight, dtype=torch.float32) if weight.requires_grad else None
         grad_bias = torch.zeros_like(bias, dtype=torch.float32) if bias is not None and bias.requires_grad else None
         total_loss = torch.zeros((), dtype=torch.float32, device=hidden.device)
         step = _rows_per_chunk(weight.shape[0])
         for start in range(0, num_rows, step):
-            rows = hidden[start : start + step]
+            rows = hidden[start : start + step].to(compute_dtype)
             row_targets = targets[start : start + step]
-            logits = F.linear(rows, weight, bias)
-            log_probs = torch.log_softmax(logits.float(), dim=-1)
-            total_loss += -log_probs.gather(1, row_targets[:, None]).sum()
-            # d(mean loss)/d(logits) = (softmax - one_hot) / num_rows
-            grad_logits = log_probs.exp_()
+            logits = F.linear(rows, compute_weight, bias).float()
+            log_normalizer = torch.logsumexp(logits, dim=-1)
+            total_loss += (log_normalizer - logits.gather(1, row_targets[:, None]).squeeze(1)).sum()
+            # d(mean loss)/d(logits) = (softmax - one_hot) / num_rows; the 1/num_rows is applied to the
+            # (rows x hidden) factors below instead of to this (rows x vocabulary) tensor.
+            grad_logits = logits.sub_(log_normalizer[:, None]).exp_()
             grad_logits[torch.arange(len(row_targets), device=hidden.device), row_targets] -= 1.0
-            grad_logits = (grad_logits / num_rows).to(logits.dtype)
-            grad_hidden[start : start + step] = grad_logits @ weight.to(logits.dtype)
-            if grad_weight is not None:
-                grad_weight += (grad_logits.t() @ rows.to(logits.dtype)).float()
             if grad_bias is not None:
-                grad_bias += grad_logits.float().sum(0)
+                grad_bias += grad_logits.sum(0) / num_rows
+            grad_logits = grad_logits.to(compute_dtype)
+            grad_hidden[start : start + step] = (grad_logits @ compute_weight).div_(num_rows)
+            if grad_weight is None:
+                continue
+            if compute_dtype == grad_weight.dtype:
+                grad_weight.addmm_(grad_logits.t(), rows / num_rows)
+            else:  # a low-precision product, accumulated in float32
+                grad_weight += (grad_logits.t() @ (rows / num_rows)).float()
         ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
         ctx.parameter_dtypes = (weight.dtype, None if bias is None else bias.dtype)
         return total_loss / num_rows

@@ -134,7 +134,7 @@ class SeedEncoderConfig(PreTrainedConfig):
         return config_dict
 
     def decoder_layer_config(self) -> BertConfig:
-        """The config each decoder layer is built from: BERT layers with cross-attention, at decoder sizes."""
+        """The config the decoder's BERT building blocks are built from: the decoder's sizes."""
         return BertConfig(
             vocab_size=self.vocab_size,
             hidden_size=self.hidden_size,
@@ -149,7 +149,6 @@ class SeedEncoderConfig(PreTrainedConfig):
             layer_norm_eps=self.layer_norm_eps,
             pad_token_id=self.pad_token_id,
             is_decoder=True,
-            add_cross_attention=True,
         )
 
 

@@ -14,14 +14,17 @@ from torch.nn import functional as F
 from transformers import PreTrainedModel
 from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_outputs import BaseModelOutputWithPooling, MaskedLMOutput
+from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.models.bert.modeling_bert import (
+    BertAttention,
     BertEmbeddings,
     BertEncoder,
+    BertIntermediate,
     BertLayer,
     BertLMPredictionHead,
     BertOnlyMLMHead,
+    BertOutput,
     BertSelfAttention,
-    BertCrossAttention,
 )
 from transformers.utils import ModelOutput
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
@@ -77,12 +80,49 @@ class SeedEncoderForPreTrainingOutput(ModelOutput):
     attentions: tuple[torch.Tensor, ...] | None = None
 
 
+class SeedClsContext(nn.Module):
+    """The decoder's cross-attention, whose only key and value is the encoder's [CLS] vector.
+
+    Softmax over a single key is 1, so every position receives that key's value: query and key
+    projections could not change the result and are not computed. What remains of BERT's
+    cross-attention sublayer is the value and output projections of [CLS], then dropout and a
+    residual LayerNorm at every position.
+    """
+
+    def __init__(self, config):
+        super().__init__()
+        self.value = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+
+    def forward(self, hidden_states: torch.Tensor, cls_vectors: torch.Tensor) -> torch.Tensor:
+        message = self.dense(self.value(cls_vectors))[:, None, :].to(hidden_states.dtype)
+        return self.LayerNorm(hidden_states + self.dropout(message.expand_as(hidden_states)))
+
+
+class SeedDecoderLayer(GradientCheckpointingLayer):
+    """A BERT layer for the weak decoder: span-limited self-attention, attention to [CLS], feed-forward."""
+
+    def __init__(self, config, layer_idx: int):
+        super().__init__()
+        self.attention = BertAttention(config, is_causal=True, layer_idx=layer_idx)
+        self.cls_attention = SeedClsContext(config)
+        self.intermediate = BertIntermediate(config)
+        self.output = BertOutput(config)
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor, cls_vectors: torch.Tensor) -> torch.Tensor:
+        attention_output, _ = self.attention(hidden_states, attention_mask)
+        attention_output = self.cls_attention(attention_output, cls_vectors)
+        return self.output(self.intermediate(attention_output), attention_output)
+
+
 class SeedWeakDecoder(nn.Module):
     """Reconstructs the original tokens from [CLS] vectors alone, with teacher forcing.
 
     Input at position t is the start token (t = 0) or original token t-1; the target is original
-    token t. Self-attention is limited by `decoder_attention_span`; cross-attention keys and
-    values are the single [CLS] vector, so no other encoder state reaches the decoder. Token
+    token t. Self-attention is limited by `decoder_attention_span`; the only key and value of
+    cross-attention is the [CLS] vector, so no other encoder state reaches the decoder. Token
     embeddings and the output projection are the encoder's word embeddings (tied by the model).
     Callable on its own with any [CLS] vectors, e.g. another sequence's, to measure how much of
     the text the decoder takes from [CLS].
@@ -94,11 +134,13 @@ class SeedWeakDecoder(nn.Module):
         self.attention_span = config.decoder_attention_span
         self.start_token_id = config.decoder_start_token_id
         self.embeddings = BertEmbeddings(layer_config)
-        self.layer = nn.ModuleList([BertLayer(layer_config, layer_idx=i) for i in range(config.decoder_num_layers)])
+        self.layer = nn.ModuleList(
+            [SeedDecoderLayer(layer_config, layer_idx=i) for i in range(config.decoder_num_layers)]
+        )
         # Attention modules look up the attention backend in their config at run time: point them at the
         # model's config so `attn_implementation` / `set_attn_implementation` reach the decoder too.
         for module in self.layer.modules():
-            if isinstance(module, (BertSelfAttention, BertCrossAttention)):
+            if isinstance(module, BertSelfAttention):
                 module.config = config
 
     def forward(
@@ -124,9 +166,8 @@ class SeedWeakDecoder(nn.Module):
         min_value = torch.finfo(hidden_states.dtype).min
         self_attention_mask = torch.zeros(visible.shape, dtype=hidden_states.dtype, device=hidden_states.device)
         self_attention_mask = self_attention_mask.masked_fill(~visible, min_value)
-        cls_as_memory = cls_vectors[:, None, :].to(hidden_states.dtype)
         for layer in self.layer:
-            hidden_states = layer(hidden_states, self_attention_mask, cls_as_memory)
+            hidden_states = layer(hidden_states, self_attention_mask, cls_vectors)
 
         output_weight = self.embeddings.word_embeddings.weight
         loss = linear_cross_entropy(hidden_states, output_weight, targets)

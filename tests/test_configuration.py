@@ -48,11 +48,11 @@ def test_decoder_start_token_defaults_to_the_pad_token():
     assert SeedEncoderConfig(vocab_size=100, pad_token_id=7, decoder_start_token_id=3).decoder_start_token_id == 3
 
 
-def test_decoder_layers_are_bert_layers_with_cross_attention_at_decoder_sizes(tiny_config):
+def test_decoder_building_blocks_get_the_decoder_sizes(tiny_config):
     layer_config = tiny_config(decoder_num_layers=1, decoder_num_attention_heads=2, decoder_intermediate_size=16)\
         .decoder_layer_config()
 
-    assert layer_config.is_decoder and layer_config.add_cross_attention
+    assert layer_config.is_decoder
     assert (layer_config.num_attention_heads, layer_config.intermediate_size) == (2, 16)
     assert layer_config.hidden_size == 32
 

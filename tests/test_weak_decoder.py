@@ -288,6 +288,27 @@ def test_decoder_follows_the_models_attention_implementation_with_the_same_outpu
 
     for layer in model.weak_decoder.layer:
         assert layer.attention.self.config._attn_implementation == "eager"
-        assert layer.crossattention.self.config._attn_implementation == "eager"
     torch.testing.assert_close(eager.decoder_loss, sdpa.decoder_loss, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(eager.mlm_loss, sdpa.mlm_loss, rtol=1e-5, atol=1e-6)
+
+
+def test_attention_to_the_single_cls_key_equals_bert_cross_attention_whatever_its_query_and_key(tiny_config):
+    # SeedClsContext skips the query and key projections: with one key, softmax gives it weight 1.
+    from transformers.models.bert.modeling_bert import BertAttention
+
+    from modeling_seed.modeling_seed import SeedClsContext
+
+    config = tiny_config().decoder_layer_config()
+    config._attn_implementation = "eager"
+    bert_cross_attention = BertAttention(config, is_cross_attention=True).eval()
+    cls_context = SeedClsContext(config).eval()
+    cls_context.value.load_state_dict(bert_cross_attention.self.value.state_dict())
+    cls_context.dense.load_state_dict(bert_cross_attention.output.dense.state_dict())
+    cls_context.LayerNorm.load_state_dict(bert_cross_attention.output.LayerNorm.state_dict())
+    hidden_states, cls_vectors = torch.randn(3, 7, config.hidden_size), torch.randn(3, config.hidden_size)
+
+    with torch.no_grad():
+        expected, _ = bert_cross_attention(hidden_states, encoder_hidden_states=cls_vectors[:, None, :])
+        actual = cls_context(hidden_states, cls_vectors)
+
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-6)

@@ -27,6 +27,7 @@ ARCHITECTURE_FIELDS = (
 class ExistingRun:
     config: dict
     last_checkpoint: Path | None
+    model_dir: Path  # the last whole checkpoint, else the finished model: where its tokenizer is
 
 
 def _checkpoints(output_dir: Path) -> list[Path]:
@@ -60,7 +61,9 @@ def find_existing_run(output_dir: str) -> ExistingRun | None:
             f"{', ...' if len(leftovers) > 5 else ''}) and holds no SEED pretraining run to continue. "
             "Choose another --output_dir, or pass --overwrite_output_dir to replace its contents."
         )
-    return ExistingRun(config=json.loads(config_file.read_text()), last_checkpoint=last_checkpoint)
+    return ExistingRun(
+        config=json.loads(config_file.read_text()), last_checkpoint=last_checkpoint, model_dir=config_file.parent
+    )
 
 
 def check_same_model(output_dir: str, existing: ExistingRun, config) -> None:

@@ -24,11 +24,14 @@ def parse_arguments(argv: list[str]) -> tuple[ModelArguments, DataArguments, See
         (ModelArguments, DataArguments, SeedPretrainingArguments),
         description=__doc__.split("\n\n")[0],
     )
-    if len(argv) == 1 and argv[0].endswith(".json"):
-        return parser.parse_json_file(argv[0])
-    if len(argv) == 1 and argv[0].endswith((".yaml", ".yml")):
-        return parser.parse_yaml_file(argv[0])
-    return parser.parse_args_into_dataclasses(args=argv)
+    try:
+        if len(argv) == 1 and argv[0].endswith(".json"):
+            return parser.parse_json_file(argv[0])
+        if len(argv) == 1 and argv[0].endswith((".yaml", ".yml")):
+            return parser.parse_yaml_file(argv[0])
+        return parser.parse_args_into_dataclasses(args=argv)
+    except ValueError as error:  # TrainingArguments' own checks, e.g. --bf16 on a CPU without --use_cpu
+        raise PretrainingInputError(f"Invalid training arguments: {error}") from None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -212,9 +212,9 @@ def run_pretraining(
 
     if model_args.tokenizer_name:
         tokenizer, tokenizer_source = load_tokenizer(model_args.tokenizer_name), f"--tokenizer_name {model_args.tokenizer_name}"
-    elif existing is not None and existing.last_checkpoint is not None:
-        tokenizer = load_tokenizer(str(existing.last_checkpoint), "--output_dir checkpoint")
-        tokenizer_source = str(existing.last_checkpoint)
+    elif existing is not None:
+        tokenizer = load_tokenizer(str(existing.model_dir), "--output_dir")
+        tokenizer_source = str(existing.model_dir)
     elif source.path is not None:
         tokenizer = load_tokenizer(source.path, "--model_name_or_path")
         tokenizer_source = f"--model_name_or_path {source.path}"

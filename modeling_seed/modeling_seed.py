@@ -1,8 +1,8 @@
 """PyTorch SEED-Encoder: a BERT encoder pre-trained with MLM plus a weak autoregressive decoder.
 
 The decoder must rebuild the whole unmasked input from the encoder's [CLS] vector alone, while
-being too weak to lean on language patterns: few layers, and each position sees only the
-previous `decoder_attention_span - 1` tokens plus the start position. Whatever the sequence
+being too weak to lean on language patterns: few layers, and in each of them a position sees only
+the previous `decoder_attention_span - 1` positions plus the start position. Whatever the sequence
 holds therefore has to travel through [CLS], which is the vector a Siamese retriever uses.
 """
 
@@ -183,9 +183,8 @@ class SeedEncoderPreTrainedModel(PreTrainedModel):
     base_model_prefix = "bert"
     supports_gradient_checkpointing = True
     _supports_sdpa = True
-    _supports_flex_attn = True
     _supports_attention_backend = True
-    _no_split_modules = ["BertEmbeddings", "BertLayer"]
+    _no_split_modules = ["BertEmbeddings", "BertLayer", "SeedDecoderLayer"]
     _can_record_outputs = {"hidden_states": BertLayer, "attentions": BertSelfAttention}
     # BERT checkpoints carry a tanh pooler (and maybe NSP weights) that SEED does not use.
     _keys_to_ignore_on_load_unexpected = [r"pooler\.", r"cls\.seq_relationship\."]

@@ -37,7 +37,6 @@ class DataCollatorForSeedPretraining(DataCollatorForLanguageModeling):
         batch["unmasked_input_ids"] = torch.where(batch["labels"] != IGNORE_INDEX, batch["labels"], batch["input_ids"])
         return batch
 
-
     def _pad_offset_mappings(self, examples: list[Mapping]) -> list[dict]:
         """Whole-word masking reads word boundaries from `offset_mapping`, which `tokenizer.pad` cannot pad;
         pad it here to the length the ids will get, with the (0, 0) offsets of special tokens."""

@@ -50,7 +50,6 @@ def render_model_card(
     train_metrics: dict,
     training_args,
     data_description: str,
-    dataset_tags: list[str],
     max_seq_length: int,
     train_samples: int | None,
     base_model: str | None,
@@ -62,7 +61,6 @@ def render_model_card(
         license="apache-2.0",
         pipeline_tag="feature-extraction",
         tags=["seed-encoder", "bert", "dense-retrieval", "sentence-similarity", "pretraining"],
-        datasets=dataset_tags or None,
         base_model=base_model,
     )
     loss_rows = [

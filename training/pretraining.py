@@ -34,6 +34,7 @@ class ModelSource:
     config: SeedEncoderConfig
     path: str | None = None
     vocab_follows_tokenizer: bool = False
+    overrides: dict | None = None  # the config fields set on the command line
 
 
 def _parse_overrides(model_args: ModelArguments) -> dict:
@@ -94,12 +95,14 @@ def resolve_model_source(model_args: ModelArguments) -> ModelSource:
                 f"encoder ({', '.join(sorted(BERT_FAMILY))}) to warm-start from."
             )
         kind = "seed" if model_type == SeedEncoderConfig.model_type else "bert"
-        return ModelSource(kind=kind, config=_config(base, overrides), path=path)
+        return ModelSource(kind=kind, config=_config(base, overrides), path=path, overrides=overrides)
 
     name = model_args.config_name or "seed-tiny"
     if name in PRESETS:
         config = _config(PRESETS[name], overrides)
-        return ModelSource(kind="new", config=config, vocab_follows_tokenizer="vocab_size" not in overrides)
+        return ModelSource(
+            kind="new", config=config, vocab_follows_tokenizer="vocab_size" not in overrides, overrides=overrides
+        )
     config_path = Path(name)
     if config_path.is_dir():
         config_path = config_path / "config.json"
@@ -111,7 +114,7 @@ def resolve_model_source(model_args: ModelArguments) -> ModelSource:
         fields = json.loads(config_path.read_text())
     except json.JSONDecodeError as error:
         raise PretrainingInputError(f"--config_name {config_path}, line {error.lineno}: not valid JSON ({error.msg}).") from None
-    return ModelSource(kind="new", config=_config(fields, overrides))
+    return ModelSource(kind="new", config=_config(fields, overrides), overrides=overrides)
 
 
 def check_lengths(config: SeedEncoderConfig, data_args: DataArguments) -> None:
@@ -134,12 +137,12 @@ def check_vocabulary(tokenizer, config: SeedEncoderConfig, tokenizer_source: str
         )
 
 
-def _describe_data(data_args: DataArguments) -> tuple[str, list[str]]:
+def _describe_data(data_args: DataArguments) -> str:
     if data_args.dataset_dir:
-        return f"`{data_args.dataset_dir}` (datasets save_to_disk folder)", []
+        return f"`{data_args.dataset_dir}` (datasets save_to_disk folder)"
     if data_args.train_file:
-        return ", ".join(f"`{Path(name).name}`" for name in data_args.train_file), []
-    return "CPython's bundled reference documentation (`pydoc_data.topics`), the no-download default corpus", []
+        return ", ".join(f"`{Path(name).name}`" for name in data_args.train_file)
+    return "CPython's bundled reference documentation (`pydoc_data.topics`), the no-download default corpus"
 
 
 def shared_trained_tokenizer(raw_corpus, text_column: str, vocab_size: int, model_max_length: int, training_args):
@@ -224,7 +227,7 @@ def run_pretraining(
             config.max_position_embeddings, training_args,
         )
         tokenizer_source = "the trained WordPiece tokenizer"
-        source.vocab_follows_tokenizer = "vocab_size" not in _parse_overrides(model_args)
+        source.vocab_follows_tokenizer = "vocab_size" not in source.overrides
     if source.vocab_follows_tokenizer:
         config.vocab_size = len(tokenizer)
     check_vocabulary(tokenizer, config, tokenizer_source)
@@ -295,14 +298,12 @@ def run_pretraining(
     trainer.save_model(str(staged))  # on every process: sharded (FSDP, DeepSpeed) weights are gathered here
     if trainer.is_world_process_zero():
         plot_loss_curves(trainer.state.log_history, staged / LOSS_PLOT)
-        description, dataset_tags = _describe_data(data_args)
         card = render_model_card(
             config=trainer.model.config,
             log_history=trainer.state.log_history,
             train_metrics={**metrics, "epoch": trainer.state.epoch or 0.0},
             training_args=training_args,
-            data_description=description,
-            dataset_tags=dataset_tags,
+            data_description=_describe_data(data_args),
             max_seq_length=data_args.max_seq_length,
             train_samples=None if streaming else len(train_dataset),
             base_model=source.path if source.kind == "bert" else None,

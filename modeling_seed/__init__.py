@@ -19,6 +19,7 @@ from .modeling_seed import (
     SeedEncoderPreTrainedModel,
     SeedWeakDecoder,
     decoder_attention_mask,
+    span_limited_attention,
 )
 
 AutoConfig.register(SeedEncoderConfig.model_type, SeedEncoderConfig, exist_ok=True)
@@ -42,5 +43,6 @@ __all__ = [
     "SeedDecoderOutput",
     "DataCollatorForSeedPretraining",
     "decoder_attention_mask",
+    "span_limited_attention",
     "linear_cross_entropy",
 ]

@@ -3,9 +3,10 @@
 Both SEED losses end in a `hidden -> vocabulary` projection. The decoder's loss covers every
 position, so plain autograd would keep batch x length x vocabulary logits (and their softmax)
 alive until backward: that tensor, not the encoder, dominates time and memory of small models.
-Here the logits exist one chunk of rows at a time; the gradients with respect to the hidden
-states and the weight are computed in the same pass and handed back in backward, so the
-arithmetic is the same as plain autograd and the extra memory is one chunk.
+Here the logits exist one chunk of rows at a time, in one buffer that becomes the softmax and
+then the gradient in place; the gradients with respect to the hidden states and the weight are
+computed in the same pass and handed back in backward, so the arithmetic is the same as plain
+autograd and the extra memory is one chunk.
 """
 
 import torch
@@ -31,38 +32,60 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         grad_bias = torch.zeros_like(bias, dtype=torch.float32) if bias is not None and bias.requires_grad else None
         total_loss = torch.zeros((), dtype=torch.float32, device=hidden.device)
         step = _rows_per_chunk(weight.shape[0])
+        # One float32 logits buffer, reused by every chunk and turned into the gradient in place.
+        logits_buffer = torch.empty(min(step, num_rows), weight.shape[0], dtype=torch.float32, device=hidden.device)
         for start in range(0, num_rows, step):
             rows = hidden[start : start + step].to(compute_dtype)
             row_targets = targets[start : start + step]
-            logits = F.linear(rows, compute_weight, bias).float()
-            log_normalizer = torch.logsumexp(logits, dim=-1)
-            total_loss += (log_normalizer - logits.gather(1, row_targets[:, None]).squeeze(1)).sum()
-            # d(mean loss)/d(logits) = (softmax - one_hot) / num_rows; the 1/num_rows is applied to the
-            # (rows x hidden) factors below instead of to this (rows x vocabulary) tensor.
-            grad_logits = logits.sub_(log_normalizer[:, None]).exp_()
+            logits = logits_buffer[: rows.shape[0]]
+            if compute_dtype == logits.dtype:
+                torch.mm(rows, compute_weight.t(), out=logits)
+                if bias is not None:
+                    logits += bias
+            else:
+                logits.copy_(F.linear(rows, compute_weight, bias))
+            # loss = log(sum(exp(logits - max))) + max - target logit; d(loss)/d(logits) = softmax - one_hot.
+            target_logits = logits.gather(1, row_targets[:, None]).squeeze(1)
+            max_logits = logits.amax(dim=1)
+            probabilities = logits.sub_(max_logits[:, None]).exp_()
+            normalizers = probabilities.sum(dim=1)
+            probabilities /= normalizers[:, None]
+            total_loss += (normalizers.log() + max_logits - target_logits).sum()
+            grad_logits = probabilities
             grad_logits[torch.arange(len(row_targets), device=hidden.device), row_targets] -= 1.0
+            # The 1/num_rows of the mean goes on the (rows x hidden) factors, not on this (rows x vocabulary) tensor.
             if grad_bias is not None:
                 grad_bias += grad_logits.sum(0) / num_rows
             grad_logits = grad_logits.to(compute_dtype)
-            grad_hidden[start : start + step] = (grad_logits @ compute_weight).div_(num_rows)
+            grad_hidden[start : start + step] = grad_logits @ compute_weight
             if grad_weight is None:
                 continue
             if compute_dtype == grad_weight.dtype:
-                grad_weight.addmm_(grad_logits.t(), rows / num_rows)
+                grad_weight.addmm_(grad_logits.t(), rows, alpha=1.0 / num_rows)
             else:  # a low-precision product, accumulated in float32
                 grad_weight += (grad_logits.t() @ (rows / num_rows)).float()
+        grad_hidden /= num_rows
         ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
         ctx.parameter_dtypes = (weight.dtype, None if bias is None else bias.dtype)
+        ctx.gradients_handed_out = False
         return total_loss / num_rows
 
     @staticmethod
     def backward(ctx, grad_loss):
+        # The gradients were computed in forward and are scaled in place here, so no second
+        # vocabulary x hidden copy exists while autograd accumulates them: they can be handed out once.
+        if ctx.gradients_handed_out:
+            raise RuntimeError(
+                "linear_cross_entropy: backward reached the same loss twice (retain_graph=True). Its gradients "
+                "are computed in forward and handed out once; compute the loss again for a second backward."
+            )
+        ctx.gradients_handed_out = True
         grad_hidden, grad_weight, grad_bias = ctx.saved_tensors
         weight_dtype, bias_dtype = ctx.parameter_dtypes
         return (
-            grad_hidden * grad_loss.to(grad_hidden.dtype),
-            None if grad_weight is None else (grad_weight * grad_loss).to(weight_dtype),
-            None if grad_bias is None else (grad_bias * grad_loss).to(bias_dtype),
+            grad_hidden.mul_(grad_loss.to(grad_hidden.dtype)),
+            None if grad_weight is None else grad_weight.mul_(grad_loss).to(weight_dtype),
+            None if grad_bias is None else grad_bias.mul_(grad_loss).to(bias_dtype),
             None,
         )
 

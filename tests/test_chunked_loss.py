@@ -132,3 +132,12 @@ def test_bfloat16_autocast_loss_and_gradients_stay_close_to_float32(small_chunks
     for got, want in zip(low_grads, full_grads):
         assert got.dtype == want.dtype == torch.float32
         torch.testing.assert_close(got, want, rtol=5e-2, atol=2e-3)
+
+
+def test_second_backward_through_the_same_loss_is_refused_with_a_clear_message(small_chunks):
+    hidden, weight, bias, targets = inputs()
+    loss = linear_cross_entropy(hidden, weight, targets, bias=bias)
+    loss.backward(retain_graph=True)
+
+    with pytest.raises(RuntimeError, match="handed out once; compute the loss again"):
+        loss.backward()

@@ -203,6 +203,31 @@ def test_checkpoint_loads_with_trust_remote_code_where_modeling_seed_is_not_impo
     assert "remote code OK" in result.stdout
 
 
+@pytest.mark.parametrize("attn_implementation", ["sdpa", "eager"])
+def test_last_layer_only_at_cls_and_masked_positions_gives_the_full_passes_losses_and_gradients(
+    tiny_config, attn_implementation
+):
+    # By default the last encoder layer runs where a loss reads it; asking for hidden states runs it everywhere.
+    model = SeedEncoderForPreTraining(tiny_config(num_hidden_layers=3, attn_implementation=attn_implementation))
+    batch = batch_for(128)
+    batch["labels"][0, 5:8] = batch["input_ids"][0, 5:8]  # rows with different numbers of masked positions
+
+    def losses_and_gradients(**extra):
+        model.zero_grad()
+        output = model(**batch, **extra)
+        output.loss.backward()
+        return output, {name: parameter.grad.clone() for name, parameter in model.named_parameters()}
+
+    subset, subset_grads = losses_and_gradients()
+    full, full_grads = losses_and_gradients(output_hidden_states=True)
+
+    assert subset.hidden_states is None and len(full.hidden_states) == 4
+    for name in ("mlm_loss", "decoder_loss", "pooler_output"):
+        torch.testing.assert_close(subset[name], full[name], rtol=1e-5, atol=1e-6, msg=name)
+    for name in full_grads:
+        torch.testing.assert_close(subset_grads[name], full_grads[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
 def test_gradient_checkpointing_gives_the_same_gradients(tiny_config):
     model = SeedEncoderForPreTraining(tiny_config()).train()
     batch = batch_for(128)

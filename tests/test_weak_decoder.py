@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from modeling_seed import SeedEncoderForPreTraining, SeedWeakDecoder, decoder_attention_mask
+from modeling_seed import SeedEncoderForPreTraining, SeedWeakDecoder, decoder_attention_mask, span_limited_attention
 
 LENGTH = 10
 ATTENTION_IMPLEMENTATIONS = ["eager", "sdpa"]
@@ -57,6 +57,41 @@ def test_decoder_attention_mask_with_span_one_sees_only_itself_and_start():
 
 def test_decoder_attention_mask_without_span_is_plain_causal():
     assert torch.equal(decoder_attention_mask(6, span=None), torch.ones(6, 6, dtype=torch.bool).tril())
+
+
+@pytest.mark.parametrize("span", [1, 2, 3, 5])
+def test_span_limited_attention_equals_dense_attention_under_the_span_mask_values_and_gradients(span):
+    query, key, value = (torch.randn(2, 3, 12, 4, requires_grad=True) for _ in range(3))
+    key_is_real = torch.ones(2, 12, dtype=torch.bool)
+    key_is_real[1, 8:] = False  # padding at the end of the second row
+    visible = decoder_attention_mask(12, span)[None, None] & key_is_real[:, None, None, :]
+
+    banded = span_limited_attention(query, key, value, key_is_real, span, scaling=0.5)
+    dense = F.scaled_dot_product_attention(query, key, value, attn_mask=visible, scale=0.5)
+
+    torch.testing.assert_close(banded, dense, rtol=1e-5, atol=1e-6)
+    upstream = torch.randn_like(dense)
+    banded_grads = torch.autograd.grad(banded, (query, key, value), upstream)
+    dense_grads = torch.autograd.grad(dense, (query, key, value), upstream)
+    for got, want in zip(banded_grads, dense_grads):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_decoder_takes_the_span_limited_path_for_short_spans_with_the_dense_paths_outputs(tiny_config):
+    decoder = weak_decoder(tiny_config, decoder_num_layers=2, decoder_attention_span=2)
+    ids = random_ids(128, length=24, batch=2)
+    attention_mask = torch.ones_like(ids)
+    attention_mask[1, 17:] = 0
+    cls_vectors = torch.randn(2, decoder.embeddings.word_embeddings.embedding_dim)
+
+    assert decoder.uses_span_limited_attention(24)
+    span_limited = decoder(cls_vectors, ids, attention_mask)
+    decoder.uses_span_limited_attention = lambda length: False  # force the dense-mask path on the same weights
+    dense = decoder(cls_vectors, ids, attention_mask)
+
+    torch.testing.assert_close(span_limited.loss, dense.loss, rtol=1e-5, atol=1e-6)
+    real = attention_mask.bool()
+    torch.testing.assert_close(span_limited.last_hidden_state[real], dense.last_hidden_state[real], rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("attn_implementation", ATTENTION_IMPLEMENTATIONS)
@@ -185,10 +220,12 @@ def test_decoder_loss_ignores_every_encoder_state_except_cls(tiny_config):
         shifted[:, 1:] += 1.0
         return type(output)(last_hidden_state=shifted, pooler_output=output.pooler_output)
 
+    # output_hidden_states makes the model take the encoder's full forward, the output the hook perturbs;
+    # the default training path computes the same losses (test_modeling pins that down).
     with torch.no_grad():
-        plain = model(**batch)
+        plain = model(**batch, output_hidden_states=True)
         handle = model.bert.register_forward_hook(shift_all_but_cls)
-        shifted = model(**batch)
+        shifted = model(**batch, output_hidden_states=True)
         handle.remove()
 
     assert torch.equal(shifted.decoder_loss, plain.decoder_loss)
@@ -206,7 +243,7 @@ def test_reconstruction_gradient_reaches_the_encoder_only_through_cls(tiny_confi
         kept["states"] = output.last_hidden_state
 
     model.bert.register_forward_hook(keep_encoder_output)
-    output = model(**batch)
+    output = model(**batch, output_hidden_states=True)  # the full encoder pass, whose output the hook keeps
     output.loss.backward()
 
     state_grad = kept["states"].grad

@@ -513,11 +513,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     inference.add_argument("--texts_file", type=Path, default=None,
                            help="Texts to encode: .jsonl with title/text fields, or one text per line. Default: "
                                 f"{DEFAULT_TEXTS_FILE} when present, else sentences from pydoc_data.topics.")
-    inference.add_argument("--num_texts", type=int, default=512, help="Encode the first this many texts.")
+    inference.add_argument("--num_texts", type=int, default=256, help="Encode the first this many texts.")
     inference.add_argument("--inference_batch_size", type=int, default=32, help="batch_size of model.encode.")
     inference.add_argument("--max_seq_length", type=int, default=256,
                            help="Truncation length of both SentenceTransformers (all-MiniLM-L6-v2 uses 256).")
-    inference.add_argument("--inference_rounds", type=int, default=3,
+    inference.add_argument("--inference_rounds", type=int, default=6,
                            help="Timed encodes of all texts per model (interleaved), after one small warmup.")
     args = parser.parse_args(argv)
     if args.memory_steps < 2:

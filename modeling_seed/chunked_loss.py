@@ -102,6 +102,8 @@ def linear_cross_entropy(
     hidden: (..., hidden_size); targets: (...) with -100 where there is no target.
     `reduction="mean"` averages over the positions that have a target (0 when none has).
     `reduction="none"` returns a per-position loss shaped like `targets`, 0 where ignored.
+    The mean's gradients are computed in forward, so one backward may run through it
+    (`retain_graph=True` and a second backward raise).
     """
     if reduction == "none":
         flat_hidden, flat_targets = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)

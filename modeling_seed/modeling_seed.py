@@ -89,6 +89,11 @@ def span_limited_attention(
     return output
 
 
+def project_to_heads(states: torch.Tensor, projection: nn.Linear, head_size: int) -> torch.Tensor:
+    """(batch, length, hidden) -> (batch, heads, length, head_size), as BERT's attention splits its projections."""
+    return projection(states).view(*states.shape[:-1], -1, head_size).transpose(1, 2)
+
+
 def bert_layer_at_positions(
     layer: BertLayer, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, positions: torch.Tensor
 ) -> torch.Tensor:
@@ -99,9 +104,6 @@ def bert_layer_at_positions(
     """
     self_attention = layer.attention.self
     query_states = hidden_states.gather(1, positions[..., None].expand(-1, -1, hidden_states.shape[-1]))
-
-    def split_heads(states, projection):
-        return projection(states).view(*states.shape[:-1], -1, self_attention.attention_head_size).transpose(1, 2)
 
     query_mask = create_bidirectional_mask(
         config=self_attention.config,
@@ -114,9 +116,9 @@ def bert_layer_at_positions(
     )
     context, _ = attention_interface(
         self_attention,
-        split_heads(query_states, self_attention.query),
-        split_heads(hidden_states, self_attention.key),
-        split_heads(hidden_states, self_attention.value),
+        project_to_heads(query_states, self_attention.query, self_attention.attention_head_size),
+        project_to_heads(hidden_states, self_attention.key, self_attention.attention_head_size),
+        project_to_heads(hidden_states, self_attention.value, self_attention.attention_head_size),
         query_mask,
         dropout=self_attention.dropout.p if self_attention.training else 0.0,
         scaling=self_attention.scaling,
@@ -190,9 +192,8 @@ class SeedDecoderSelfAttention(BertSelfAttention):
     def forward(self, hidden_states, attention_mask=None, key_is_real=None, **kwargs):
         if key_is_real is None:
             return super().forward(hidden_states, attention_mask, **kwargs)
-        hidden_shape = (*hidden_states.shape[:-1], -1, self.attention_head_size)
         query, key, value = (
-            projection(hidden_states).view(hidden_shape).transpose(1, 2)
+            project_to_heads(hidden_states, projection, self.attention_head_size)
             for projection in (self.query, self.key, self.value)
         )
         dropout = self.dropout.p if self.training else 0.0

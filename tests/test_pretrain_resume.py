@@ -26,7 +26,7 @@ from pretrain_helpers import (
     weights,
     write_lines,
 )
-from training.tokenizer import train_wordpiece_tokenizer
+from training.pretraining.tokenizer import train_wordpiece_tokenizer
 
 STEPS, SAVE_EVERY = 12, 4
 

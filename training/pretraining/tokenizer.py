@@ -5,7 +5,7 @@ from collections.abc import Iterable, Iterator
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from .errors import PretrainingInputError
+from ..common.errors import InputError
 
 SPECIAL_TOKENS = {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]", "mask_token": "[MASK]"}
 
@@ -14,12 +14,12 @@ def load_tokenizer(name_or_path: str, argument: str = "--tokenizer_name") -> Pre
     try:
         tokenizer = AutoTokenizer.from_pretrained(name_or_path)
     except (OSError, ValueError) as error:
-        raise PretrainingInputError(
+        raise InputError(
             f"{argument} {name_or_path}: cannot load a tokenizer from it ({error}). Pass a local folder that holds "
             "tokenizer.json or vocab.txt (as written by save_pretrained)."
         ) from None
     if tokenizer.mask_token is None or tokenizer.pad_token is None:
-        raise PretrainingInputError(
+        raise InputError(
             f"{argument} {name_or_path}: the tokenizer has no mask or padding token, which masked-language-model "
             "pretraining needs. Use a BERT-style (WordPiece) tokenizer."
         )

@@ -9,7 +9,7 @@ from huggingface_hub import ModelCard, ModelCardData
 
 from .trainer import LOSS_TERMS
 
-TEMPLATE = Path(__file__).resolve().parents[1] / "model_cards" / "seed_encoder.md"
+TEMPLATE = Path(__file__).resolve().parents[2] / "model_cards" / "seed_encoder.md"
 LOSS_PLOT = "loss_curves.png"
 
 

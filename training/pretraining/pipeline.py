@@ -1,140 +1,25 @@
 """SEED-Encoder pretraining with the standard `Trainer`: the library function behind `training/pretrain.py`."""
 
-import json
 import logging
-import math
-from dataclasses import dataclass
 from pathlib import Path
 
 from accelerate.utils import broadcast_object_list
 from datasets import IterableDataset
-from transformers import AutoConfig, set_seed
+from transformers import set_seed
 
 import modeling_seed  # noqa: F401  (registers SEED with the Auto classes in every process)
-from modeling_seed import DataCollatorForSeedPretraining, SeedEncoderConfig, SeedEncoderForPreTraining
+from modeling_seed import DataCollatorForSeedPretraining, SeedEncoderForPreTraining
 
+from ..common.errors import InputError
+from ..common.output_dir import clear_output_dir, find_existing_run, publish_final_model, staging_dir
 from .arguments import DataArguments, ModelArguments, SeedPretrainingArguments
 from .corpus import load_raw_corpus, tokenize_corpus
-from .errors import PretrainingInputError
 from .model_card import LOSS_PLOT, plot_loss_curves, render_model_card
-from .output_dir import check_same_model, clear_output_dir, find_existing_run, publish_final_model, staging_dir
-from .presets import PRESETS
+from .model_source import check_lengths, check_same_model, check_vocabulary, resolve_model_source
 from .tokenizer import load_tokenizer, train_wordpiece_tokenizer, wordpiece_tokenizer_from_json
 from .trainer import SeedPretrainingTrainer
 
 logger = logging.getLogger(__name__)
-BERT_FAMILY = {"bert", "roberta", "xlm-roberta", "electra", "camembert"}
-
-
-@dataclass
-class ModelSource:
-    """Where the weights come from: 'new' (random init), 'seed' (a SEED checkpoint) or 'bert' (warm start)."""
-
-    kind: str
-    config: SeedEncoderConfig
-    path: str | None = None
-    vocab_follows_tokenizer: bool = False
-    overrides: dict | None = None  # the config fields set on the command line
-
-
-def _parse_overrides(model_args: ModelArguments) -> dict:
-    overrides = {}
-    if model_args.config_overrides:
-        for item in model_args.config_overrides.split(","):
-            key, sep, value = item.partition("=")
-            key = key.strip()
-            if not sep or key not in SeedEncoderConfig.__dataclass_fields__:
-                raise PretrainingInputError(
-                    f"--config_overrides: {item!r} is not 'field=value' with a SeedEncoderConfig field "
-                    "(e.g. 'hidden_size=256,num_hidden_layers=6')."
-                )
-            try:
-                overrides[key] = json.loads(value)
-            except json.JSONDecodeError:
-                overrides[key] = value
-    if model_args.decoder_num_layers is not None:
-        overrides["decoder_num_layers"] = model_args.decoder_num_layers
-    if model_args.decoder_loss_weight is not None:
-        overrides["decoder_loss_weight"] = model_args.decoder_loss_weight
-    if model_args.decoder_attention_span is not None:
-        span = model_args.decoder_attention_span.strip().lower()
-        if span in ("full", "none"):
-            overrides["decoder_attention_span"] = None
-        elif span.isdigit():
-            overrides["decoder_attention_span"] = int(span)
-        else:
-            raise PretrainingInputError(
-                f"--decoder_attention_span {model_args.decoder_attention_span}: expected a positive integer or 'full'."
-            )
-    return overrides
-
-
-def _config(shape: dict, overrides: dict) -> SeedEncoderConfig:
-    try:
-        return SeedEncoderConfig.from_config_dict(shape, **overrides)
-    except (ValueError, TypeError) as error:
-        raise PretrainingInputError(f"Invalid model configuration: {error}") from None
-
-
-def resolve_model_source(model_args: ModelArguments) -> ModelSource:
-    overrides = _parse_overrides(model_args)
-    if model_args.model_name_or_path is not None:
-        path = model_args.model_name_or_path
-        if not Path(path).is_dir():
-            raise PretrainingInputError(
-                f"--model_name_or_path {path}: no such folder. Pass a local checkpoint folder (this script downloads nothing)."
-            )
-        try:
-            base = AutoConfig.from_pretrained(path).to_dict()
-        except (OSError, ValueError) as error:
-            raise PretrainingInputError(f"--model_name_or_path {path}: cannot read its config.json ({error}).") from None
-        model_type = base.get("model_type")
-        if model_type not in BERT_FAMILY | {SeedEncoderConfig.model_type}:
-            raise PretrainingInputError(
-                f"--model_name_or_path {path}: model_type {model_type!r} is neither a SEED checkpoint nor a BERT-family "
-                f"encoder ({', '.join(sorted(BERT_FAMILY))}) to warm-start from."
-            )
-        kind = "seed" if model_type == SeedEncoderConfig.model_type else "bert"
-        return ModelSource(kind=kind, config=_config(base, overrides), path=path, overrides=overrides)
-
-    name = model_args.config_name or "seed-tiny"
-    if name in PRESETS:
-        config = _config(PRESETS[name], overrides)
-        return ModelSource(
-            kind="new", config=config, vocab_follows_tokenizer="vocab_size" not in overrides, overrides=overrides
-        )
-    config_path = Path(name)
-    if config_path.is_dir():
-        config_path = config_path / "config.json"
-    if not config_path.is_file():
-        raise PretrainingInputError(
-            f"--config_name {name}: neither a preset ({', '.join(PRESETS)}) nor an existing config.json file or folder."
-        )
-    try:
-        fields = json.loads(config_path.read_text())
-    except json.JSONDecodeError as error:
-        raise PretrainingInputError(f"--config_name {config_path}, line {error.lineno}: not valid JSON ({error.msg}).") from None
-    return ModelSource(kind="new", config=_config(fields, overrides), overrides=overrides)
-
-
-def check_lengths(config: SeedEncoderConfig, data_args: DataArguments) -> None:
-    if data_args.max_seq_length > config.max_position_embeddings:
-        raise PretrainingInputError(
-            f"--max_seq_length {data_args.max_seq_length} exceeds the model's max_position_embeddings "
-            f"({config.max_position_embeddings}). Lower --max_seq_length, or for a new model raise it with "
-            f"--config_overrides max_position_embeddings={data_args.max_seq_length}."
-        )
-    if data_args.max_seq_length < 3:
-        raise PretrainingInputError(f"--max_seq_length {data_args.max_seq_length}: needs room for [CLS], a token and [SEP].")
-
-
-def check_vocabulary(tokenizer, config: SeedEncoderConfig, tokenizer_source: str) -> None:
-    if len(tokenizer) > config.vocab_size:
-        raise PretrainingInputError(
-            f"The tokenizer from {tokenizer_source} has {len(tokenizer)} tokens, more than the model's vocab_size "
-            f"({config.vocab_size}): its ids would index past the embedding table. Use a matching tokenizer, or for a "
-            f"new model pass --config_overrides vocab_size={len(tokenizer)}."
-        )
 
 
 def _describe_data(data_args: DataArguments) -> str:
@@ -189,11 +74,11 @@ def run_pretraining(
     if validation_percentage is None:
         validation_percentage = 0.0 if streaming else 5.0
     if streaming and validation_percentage > 0:
-        raise PretrainingInputError("--validation_split_percentage is not available with --streaming; set it to 0.")
+        raise InputError("--validation_split_percentage is not available with --streaming; set it to 0.")
     if streaming and training_args.max_steps <= 0:
-        raise PretrainingInputError("--streaming needs --max_steps: a stream has no length to count epochs by.")
+        raise InputError("--streaming needs --max_steps: a stream has no length to count epochs by.")
     if not 0 <= validation_percentage < 100:
-        raise PretrainingInputError(f"--validation_split_percentage {validation_percentage}: must be in [0, 100).")
+        raise InputError(f"--validation_split_percentage {validation_percentage}: must be in [0, 100).")
 
     source = resolve_model_source(model_args)
     config = source.config
@@ -207,7 +92,7 @@ def run_pretraining(
     existing = None
     if training_args.overwrite_output_dir:
         if training_args.resume_from_checkpoint:
-            raise PretrainingInputError("--overwrite_output_dir and --resume_from_checkpoint contradict each other.")
+            raise InputError("--overwrite_output_dir and --resume_from_checkpoint contradict each other.")
     else:
         # The main process removes cut-short checkpoints first; the others then see the cleaned folder.
         with training_args.main_process_first(desc="inspecting --output_dir"):

@@ -1,6 +1,5 @@
 """The standard `Trainer`, logging SEED's two loss terms beside the total."""
 
-import torch
 from transformers import Trainer
 
 LOSS_TERMS = ("mlm_loss", "decoder_loss")

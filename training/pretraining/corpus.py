@@ -13,7 +13,7 @@ from pathlib import Path
 
 from datasets import Dataset, DatasetDict, IterableDataset, concatenate_datasets, load_dataset, load_from_disk
 
-from .errors import PretrainingInputError
+from ..common.errors import InputError
 
 TEXT_SUFFIXES = {".txt", ".text", ".tsv"}
 JSON_SUFFIXES = {".json", ".jsonl"}
@@ -44,7 +44,7 @@ def file_format(path: Path) -> str:
         return "json"
     if suffixes & TEXT_SUFFIXES or not path.suffix:
         return "text"
-    raise PretrainingInputError(
+    raise InputError(
         f"--train_file {path}: unknown file type {path.suffix!r}. Use plain text (.txt, one passage per line), "
         "JSON lines (.jsonl/.json) or parquet (.parquet), or pass a folder written by Dataset.save_to_disk "
         "with --dataset_dir."
@@ -59,7 +59,7 @@ def _lines(path: Path, limit_bytes: int | None) -> Iterator[tuple[int, str]]:
             try:
                 yield line_number, raw.decode("utf-8")
             except UnicodeDecodeError as error:
-                raise PretrainingInputError(
+                raise InputError(
                     f"--train_file {path}, line {line_number}: byte 0x{raw[error.start]:02x} at column "
                     f"{error.start + 1} is not valid UTF-8. Re-encode the file as UTF-8 (for example "
                     f"`iconv -f latin1 -t utf-8 {path} > fixed.txt`) and pass the fixed file."
@@ -75,7 +75,7 @@ def check_text_file(path: Path, limit_bytes: int | None = None) -> None:
     for _, line in _lines(path, limit_bytes):
         has_text = has_text or bool(line.strip())
     if not has_text:
-        raise PretrainingInputError(
+        raise InputError(
             f"--train_file {path}: every line is blank, so there is no text to pre-train on. "
             "Put one passage per line."
         )
@@ -89,19 +89,19 @@ def check_json_lines_file(path: Path, text_column: str, limit_bytes: int | None 
         try:
             record = json.loads(line)
         except json.JSONDecodeError as error:
-            raise PretrainingInputError(
+            raise InputError(
                 f"--train_file {path}, line {line_number}: not valid JSON ({error.msg}). "
                 "Each line must be one JSON object."
             ) from None
         if not isinstance(record, dict) or text_column not in record:
             fields = ", ".join(record) if isinstance(record, dict) else type(record).__name__
-            raise PretrainingInputError(
+            raise InputError(
                 f"--train_file {path}, line {line_number}: no {text_column!r} field (it has: {fields}). "
                 f"Pass --text_column with the field that holds the text."
             )
         found_record = True
     if not found_record:
-        raise PretrainingInputError(f"--train_file {path}: every line is blank; expected one JSON object per line.")
+        raise InputError(f"--train_file {path}: every line is blank; expected one JSON object per line.")
 
 
 def check_train_files(train_files: list[str], text_column: str, streaming: bool = False) -> list[Path]:
@@ -112,9 +112,9 @@ def check_train_files(train_files: list[str], text_column: str, streaming: bool 
         path = Path(name)
         if not path.is_file():
             what = "is a folder; pass a folder saved with Dataset.save_to_disk as --dataset_dir" if path.is_dir() else "does not exist"
-            raise PretrainingInputError(f"--train_file {path}: {what}.")
+            raise InputError(f"--train_file {path}: {what}.")
         if path.stat().st_size == 0:
-            raise PretrainingInputError(f"--train_file {path}: the file is empty (0 bytes).")
+            raise InputError(f"--train_file {path}: the file is empty (0 bytes).")
         kind = file_format(path)
         if kind == "text":
             check_text_file(path, limit)
@@ -157,21 +157,21 @@ def load_raw_corpus(
     """One dataset with a single text column named `text_column`, blank passages removed."""
     if dataset_dir is not None:
         if not Path(dataset_dir).is_dir():
-            raise PretrainingInputError(f"--dataset_dir {dataset_dir}: no such folder.")
+            raise InputError(f"--dataset_dir {dataset_dir}: no such folder.")
         try:
             dataset = load_from_disk(dataset_dir)
         except FileNotFoundError as error:
-            raise PretrainingInputError(
+            raise InputError(
                 f"--dataset_dir {dataset_dir}: not a folder written by Dataset.save_to_disk ({error})."
             ) from None
         if isinstance(dataset, DatasetDict):
             if "train" not in dataset:
-                raise PretrainingInputError(
+                raise InputError(
                     f"--dataset_dir {dataset_dir}: holds splits {list(dataset)} but no 'train' split."
                 )
             dataset = dataset["train"]
         if text_column not in dataset.column_names:
-            raise PretrainingInputError(
+            raise InputError(
                 f"--dataset_dir {dataset_dir}: no {text_column!r} column (it has: {', '.join(dataset.column_names)}). "
                 "Pass --text_column with the column that holds the text."
             )
@@ -194,7 +194,7 @@ def load_raw_corpus(
     dataset = _only_column(dataset, text_column)
     dataset = dataset.filter(lambda record: bool(record[text_column] and record[text_column].strip()))
     if not streaming and len(dataset) == 0:
-        raise PretrainingInputError(
+        raise InputError(
             f"The corpus ({dataset_dir or ', '.join(train_files or [])}) holds no non-blank text in column {text_column!r}."
         )
     return dataset

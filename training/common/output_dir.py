@@ -1,5 +1,4 @@
-"""The output folder of a pretraining run: resume what was interrupted, refuse to mix models,
-and make the final model appear only once it is whole."""
+"""The output folder of a run: resume what was interrupted and make the final model appear only once it is whole."""
 
 import json
 import shutil
@@ -8,19 +7,13 @@ from pathlib import Path
 
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from .errors import PretrainingInputError
+from .errors import InputError
 
 # Trainer writes trainer_state.json last, so a checkpoint without it was cut short.
 CHECKPOINT_COMPLETE_MARKER = "trainer_state.json"
 # The final model is moved into place with config.json last: a folder with config.json is whole.
 FINISHED_MARKER = "config.json"
 STAGING_DIR = ".final-model-incomplete"
-# Fields that define the model's shape: a run may only continue into a folder that agrees on them.
-ARCHITECTURE_FIELDS = (
-    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
-    "max_position_embeddings", "type_vocab_size", "decoder_num_layers", "decoder_attention_span",
-    "decoder_loss_weight", "decoder_num_attention_heads", "decoder_intermediate_size",
-)
 
 
 @dataclass
@@ -56,7 +49,7 @@ def find_existing_run(output_dir: str) -> ExistingRun | None:
         config_file = last_checkpoint / FINISHED_MARKER
     if not config_file.is_file():
         leftovers = sorted(p.name for p in folder.iterdir())
-        raise PretrainingInputError(
+        raise InputError(
             f"--output_dir {folder}: the folder is not empty ({', '.join(leftovers[:5])}"
             f"{', ...' if len(leftovers) > 5 else ''}) and holds no SEED pretraining run to continue. "
             "Choose another --output_dir, or pass --overwrite_output_dir to replace its contents."
@@ -64,22 +57,6 @@ def find_existing_run(output_dir: str) -> ExistingRun | None:
     return ExistingRun(
         config=json.loads(config_file.read_text()), last_checkpoint=last_checkpoint, model_dir=config_file.parent
     )
-
-
-def check_same_model(output_dir: str, existing: ExistingRun, config) -> None:
-    if existing.config.get("model_type") != config.model_type:
-        differences = [f"model_type: {existing.config.get('model_type')!r} there, {config.model_type!r} here"]
-    else:
-        differences = [
-            f"{field}: {existing.config.get(field)!r} there, {getattr(config, field)!r} here"
-            for field in ARCHITECTURE_FIELDS
-            if existing.config.get(field) != getattr(config, field)
-        ]
-    if differences:
-        raise PretrainingInputError(
-            f"--output_dir {output_dir} holds a different model ({'; '.join(differences)}). "
-            "Choose another --output_dir, or pass --overwrite_output_dir to replace it."
-        )
 
 
 def clear_output_dir(output_dir: str) -> None:

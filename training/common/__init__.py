@@ -1,0 +1,1 @@
+"""What every pipeline shares: input errors, output folders (resume, staging, publishing), launching processes."""

@@ -1,0 +1,31 @@
+"""What the command-line scripts share: one way to read arguments and one way to report bad input."""
+
+import sys
+from collections.abc import Callable
+
+from transformers import HfArgumentParser
+
+from .errors import InputError
+
+
+def parse_arguments(parser: HfArgumentParser, argv: list[str]) -> tuple:
+    """The parser's dataclasses from flags, or from a single JSON or YAML file of arguments."""
+    try:
+        if len(argv) == 1 and argv[0].endswith(".json"):
+            return parser.parse_json_file(argv[0])
+        if len(argv) == 1 and argv[0].endswith((".yaml", ".yml")):
+            return parser.parse_yaml_file(argv[0])
+        return parser.parse_args_into_dataclasses(args=argv)
+    except ValueError as error:  # TrainingArguments' own checks, e.g. --bf16 on a CPU without --use_cpu
+        raise InputError(f"Invalid training arguments: {error}") from None
+
+
+def exit_status(run: Callable[[], str]) -> int:
+    """Run a script's work: 0 after printing its success line, 2 after printing a bad-input error."""
+    try:
+        message = run()
+    except InputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(message)
+    return 0

@@ -1,0 +1,1 @@
+"""SEED-Encoder pretraining: arguments, corpus, tokenizer, model source, Trainer, model card; `run_pretraining`."""

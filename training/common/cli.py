@@ -16,6 +16,8 @@ def parse_arguments(parser: HfArgumentParser, argv: list[str]) -> tuple:
         if len(argv) == 1 and argv[0].endswith((".yaml", ".yml")):
             return parser.parse_yaml_file(argv[0])
         return parser.parse_args_into_dataclasses(args=argv)
+    except InputError:  # our own argument checks, already worded for the user
+        raise
     except ValueError as error:  # TrainingArguments' own checks, e.g. --bf16 on a CPU without --use_cpu
         raise InputError(f"Invalid training arguments: {error}") from None
 

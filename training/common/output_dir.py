@@ -28,6 +28,16 @@ def _checkpoints(output_dir: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name.split("-")[-1]))
 
 
+def last_complete_checkpoint(folder: Path) -> Path | None:
+    """The last whole `checkpoint-N` in `folder`, after removing those cut short (e.g. by `kill -9`)."""
+    checkpoints = _checkpoints(folder)
+    for checkpoint in checkpoints:
+        if not (checkpoint / CHECKPOINT_COMPLETE_MARKER).is_file():
+            shutil.rmtree(checkpoint)
+    complete = [c for c in checkpoints if c.exists()]
+    return complete[-1] if complete else None
+
+
 def find_existing_run(output_dir: str) -> ExistingRun | None:
     """What an earlier run left in `output_dir`; None when the folder is absent or empty.
 
@@ -38,12 +48,7 @@ def find_existing_run(output_dir: str) -> ExistingRun | None:
     if not folder.is_dir() or not any(folder.iterdir()):
         return None
     shutil.rmtree(folder / STAGING_DIR, ignore_errors=True)
-    checkpoints = _checkpoints(folder)
-    for checkpoint in checkpoints:
-        if not (checkpoint / CHECKPOINT_COMPLETE_MARKER).is_file():
-            shutil.rmtree(checkpoint)
-    complete = [c for c in checkpoints if c.exists()]
-    last_checkpoint = complete[-1] if complete else None
+    last_checkpoint = last_complete_checkpoint(folder)
     config_file = folder / FINISHED_MARKER
     if last_checkpoint is not None:
         config_file = last_checkpoint / FINISHED_MARKER

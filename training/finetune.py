@@ -1,0 +1,42 @@
+"""Fine-tune a SEED-Encoder (or any BERT-family or SentenceTransformer checkpoint) into a Siamese retriever.
+
+    accelerate launch training/finetune.py      # no arguments: ./seed-encoder -> ./seed-encoder-st, unsupervised pairs
+    accelerate launch training/finetune.py --model_name_or_path seed-encoder --data_dir ../shared/data/scifact \\
+        --negatives self --mining_rounds 2 --eval_split test
+    accelerate launch --num_processes 2 --cpu training/finetune.py --data_dir ../shared/data/scifact --max_steps 20
+
+Every sentence-transformers / Trainer flag works (`--help` lists them after ours); a single JSON or
+YAML file of arguments may be given instead of flags.
+"""
+
+import sys
+
+from transformers import HfArgumentParser
+
+from training.common.cli import exit_status, parse_arguments
+from training.common.distributed import relaunch_cpu_processes_if_requested
+from training.finetuning.arguments import (
+    FinetuningDataArguments,
+    FinetuningModelArguments,
+    RecipeArguments,
+    SeedFinetuningArguments,
+)
+from training.finetuning.pipeline import run_finetuning
+
+
+def main(argv: list[str] | None = None) -> int:
+    relaunch_cpu_processes_if_requested()
+    parser = HfArgumentParser(
+        (FinetuningModelArguments, FinetuningDataArguments, RecipeArguments, SeedFinetuningArguments),
+        description=__doc__.split("\n\n")[0],
+    )
+
+    def finetune() -> str:
+        arguments = parse_arguments(parser, sys.argv[1:] if argv is None else argv)
+        return f"Fine-tuned model written to {run_finetuning(*arguments)}"
+
+    return exit_status(finetune)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,206 @@
+"""Command-line arguments of `training/finetune.py`, parsed by `HfArgumentParser` next to
+sentence-transformers' training arguments. Each dataclass checks its own fields."""
+
+from dataclasses import dataclass, field
+
+from sentence_transformers import SentenceTransformerTrainingArguments
+from sentence_transformers.base.sampler import BatchSamplers
+
+from ..common.errors import InputError
+
+NEGATIVE_SOURCES = ("none", "bm25", "self")
+DISTILLATION_LOSSES = ("margin_mse", "kl")
+
+
+@dataclass
+class FinetuningModelArguments:
+    model_name_or_path: str = field(
+        default="seed-encoder",
+        metadata={
+            "help": "Local folder to start from: a SEED pretraining folder (its encoder), any BERT-family checkpoint, "
+            "or a SentenceTransformer folder such as all-MiniLM-L6-v2. Default: ./seed-encoder, what "
+            "`accelerate launch training/pretrain.py` writes."
+        },
+    )
+    pooling: str | None = field(
+        default=None,
+        metadata={
+            "help": "cls (the SEED paper's choice) or mean. Default: a SentenceTransformer folder keeps its own pooling, "
+            "any other folder gets cls."
+        },
+    )
+    max_seq_length: int | None = field(
+        default=None,
+        metadata={"help": "Longest input in tokens, queries and documents (default: the starting model's, at most 256)."},
+    )
+
+    def __post_init__(self):
+        if self.pooling is not None and self.pooling not in ("cls", "mean"):
+            raise InputError(f"--pooling {self.pooling}: expected cls or mean.")
+        if self.max_seq_length is not None and self.max_seq_length < 8:
+            raise InputError(f"--max_seq_length {self.max_seq_length}: too short for a query or a passage (at least 8).")
+
+
+@dataclass
+class FinetuningDataArguments:
+    data_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "A BEIR-layout folder (corpus.jsonl, queries.jsonl, qrels/train.tsv): trains on the train split; "
+            "model selection on qrels/dev.tsv when present, else on --dev_fraction of the training queries."
+        },
+    )
+    train_file: str | None = field(
+        default=None,
+        metadata={"help": "JSON lines with 'query', 'positive' and optional 'negatives' (a list of texts)."},
+    )
+    corpus_file: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Without --data_dir or --train_file: passages to build unsupervised pairs from, Contriever-style "
+            "(two independent random crops of one passage are a positive pair). Text, JSON lines (--text_column) or "
+            "parquet, as for pretraining. Default: the bundled corpus the pretraining default uses."
+        },
+    )
+    text_column: str = field(default="text", metadata={"help": "JSON field or column of --corpus_file holding the text."})
+    max_train_queries: int | None = field(
+        default=None,
+        metadata={"help": "Few-shot: train on N training queries drawn with --seed (all their positives kept)."},
+    )
+    dev_fraction: float = field(
+        default=0.1,
+        metadata={"help": "Share of the training queries held out for model selection when there is no dev split."},
+    )
+    eval_split: str | None = field(
+        default=None,
+        metadata={"help": "Also evaluate the final model on this split of --data_dir (e.g. test) for the model card."},
+    )
+    skip_unknown_ids: bool = field(
+        default=False, metadata={"help": "Drop qrels lines whose query or document id does not exist, instead of stopping."}
+    )
+
+    def __post_init__(self):
+        if self.data_dir and self.train_file:
+            raise InputError("--data_dir and --train_file are two sources of training pairs: pass one of them.")
+        if self.corpus_file and (self.data_dir or self.train_file):
+            raise InputError(
+                "--corpus_file builds unsupervised pairs and is used only without --data_dir or --train_file; "
+                "drop one of them."
+            )
+        if self.eval_split and not self.data_dir:
+            raise InputError(f"--eval_split {self.eval_split} needs --data_dir, the collection it is a split of.")
+        if not 0 < self.dev_fraction < 1:
+            raise InputError(f"--dev_fraction {self.dev_fraction}: must be between 0 and 1.")
+        if self.max_train_queries is not None and self.max_train_queries < 1:
+            raise InputError(f"--max_train_queries {self.max_train_queries}: must be at least 1.")
+
+
+@dataclass
+class RecipeArguments:
+    negatives: str = field(
+        default="none",
+        metadata={
+            "help": "Hard negatives: none (in-batch only), bm25 (mined once before training), or self (ANCE-style: "
+            "each later round re-mines from the current model's own index; the first round uses BM25)."
+        },
+    )
+    negatives_per_query: int = field(default=1, metadata={"help": "Mined negatives per training pair."})
+    negatives_range_min: int = field(
+        default=10,
+        metadata={
+            "help": "Skip the top N ranks when mining: unjudged positives sit there and must not be taught as negatives."
+        },
+    )
+    negatives_range_max: int = field(default=50, metadata={"help": "Mine negatives from ranks up to N."})
+    mining_rounds: int = field(
+        default=1, metadata={"help": "Training rounds; with --negatives self, negatives are re-mined before each later one."}
+    )
+    teacher: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Distillation teachers: local SentenceTransformer or CrossEncoder folders, or bm25. Several form an "
+            "ensemble (scores normalised per query and averaged, as SPLADE++'s EnsembleDistil)."
+        },
+    )
+    distillation: str = field(
+        default="margin_mse", metadata={"help": "With --teacher: margin_mse (MarginMSE) or kl (KL divergence)."}
+    )
+    mini_batch_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "Use the cached (GradCache) in-batch loss, encoding this many texts at a time: large batches in "
+            "little memory."
+        },
+    )
+    similarity_scale: float = field(
+        default=20.0, metadata={"help": "Inverse temperature of the in-batch softmax over cosine similarities."}
+    )
+
+    def __post_init__(self):
+        if self.negatives not in NEGATIVE_SOURCES:
+            raise InputError(f"--negatives {self.negatives}: expected one of {', '.join(NEGATIVE_SOURCES)}.")
+        if self.distillation not in DISTILLATION_LOSSES:
+            raise InputError(f"--distillation {self.distillation}: expected one of {', '.join(DISTILLATION_LOSSES)}.")
+        if self.mining_rounds < 1:
+            raise InputError(f"--mining_rounds {self.mining_rounds}: must be at least 1.")
+        if self.mining_rounds > 1 and self.negatives != "self":
+            raise InputError(
+                f"--mining_rounds {self.mining_rounds} re-mines negatives with the model being trained, which only "
+                "--negatives self does; pass --negatives self, or one round."
+            )
+        if self.negatives_per_query < 1:
+            raise InputError(f"--negatives_per_query {self.negatives_per_query}: must be at least 1.")
+        if not 0 <= self.negatives_range_min < self.negatives_range_max:
+            raise InputError(
+                f"--negatives_range_min {self.negatives_range_min} / --negatives_range_max {self.negatives_range_max}: "
+                "need 0 <= min < max."
+            )
+        if self.negatives_range_max - self.negatives_range_min < self.negatives_per_query:
+            raise InputError(
+                f"Ranks {self.negatives_range_min}..{self.negatives_range_max} cannot give --negatives_per_query "
+                f"{self.negatives_per_query} negatives; widen the range."
+            )
+        if self.teacher and self.negatives == "none":
+            raise InputError(
+                "--teacher distils the teacher's scores of (query, positive, negatives), which needs hard negatives: "
+                "pass --negatives bm25 or self."
+            )
+        if self.teacher and self.mini_batch_size is not None:
+            raise InputError("--mini_batch_size applies to the in-batch loss; distillation (--teacher) does not use it.")
+
+
+@dataclass
+class SeedFinetuningArguments(SentenceTransformerTrainingArguments):
+    """sentence-transformers' training arguments with defaults for retrieval fine-tuning; every Trainer flag applies."""
+
+    output_dir: str = field(
+        default="seed-encoder-st",
+        metadata={"help": "Where rounds, checkpoints and the final SentenceTransformer are written."},
+    )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "Replace whatever --output_dir holds. Without it, a folder holding the same run resumes, and one "
+            "holding a different model is an error."
+        },
+    )
+    per_device_train_batch_size: int = field(default=32, metadata={"help": "Training pairs per device and step."})
+    per_device_eval_batch_size: int = field(default=64, metadata={"help": "Texts per encoding batch in evaluation."})
+    learning_rate: float = field(default=2e-5, metadata={"help": "Peak AdamW learning rate."})
+    num_train_epochs: float = field(default=1.0, metadata={"help": "Epochs over the training pairs in each round."})
+    warmup_steps: float = field(
+        default=0.1, metadata={"help": "Warm-up: a number of steps, or a fraction of a round's steps when below 1."}
+    )
+    logging_steps: float = field(default=5, metadata={"help": "Log the training loss every N steps."})
+    logging_first_step: bool = field(default=True, metadata={"help": "Also log the first step's loss."})
+    eval_strategy: str = field(
+        default="epoch", metadata={"help": "When to evaluate on the dev split: no, steps (--eval_steps) or epoch."}
+    )
+    save_strategy: str = field(default="steps", metadata={"help": "When to save resumable checkpoints: steps or epoch."})
+    save_steps: float = field(default=50, metadata={"help": "Save a resumable checkpoint every N steps."})
+    save_total_limit: int | None = field(default=2, metadata={"help": "Keep at most this many checkpoints per round."})
+    batch_sampler: BatchSamplers = field(
+        default=BatchSamplers.NO_DUPLICATES,
+        metadata={"help": "no_duplicates keeps a text from appearing twice in a batch, where it would be its own negative."},
+    )
+    report_to: str | list[str] = field(default="none", metadata={"help": "Experiment trackers to report to."})

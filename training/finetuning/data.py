@@ -1,0 +1,191 @@
+"""Fine-tuning data: training queries over a corpus with their judged positives, and a dev collection.
+
+Three sources give the same shape, so mining, distillation and training never ask where the pairs
+came from: a BEIR-layout folder, a JSON-lines file of (query, positive, negatives), or the
+passages of a corpus, paired Contriever-style as two independent random crops of one passage.
+"""
+
+import hashlib
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..common.errors import InputError
+from ..evaluation.collection import Collection, load_collection
+
+DEV_SPLIT = "dev"
+PAIR_FIELDS = ("query", "positive")
+# Contriever's crops: each a contiguous span of 10-50% of the passage, here at least a few words.
+CROP_RATIO = (0.1, 0.5)
+MIN_CROP_WORDS = 4
+
+
+@dataclass
+class TrainingSet:
+    """Training queries, the corpus they are judged against, and what was judged.
+
+    qrels holds every judgment of the training queries (relevance 0 = judged not relevant), so
+    mining can exclude every judged positive; `given_negatives` are the negatives a pairs file
+    brought along; `dev` is the collection model selection is measured on.
+    """
+
+    queries: dict[str, str]
+    corpus: dict[str, str]
+    qrels: dict[str, dict[str, int]]
+    dev: Collection
+    description: str
+    given_negatives: dict[str, list[str]] = field(default_factory=dict)
+
+    def positives(self, query_id: str) -> list[str]:
+        return [doc_id for doc_id, relevance in self.qrels[query_id].items() if relevance > 0]
+
+    def pairs(self) -> list[tuple[str, str]]:
+        """(query id, positive doc id) for every judged positive: one training example each."""
+        return [(query_id, doc_id) for query_id in self.queries for doc_id in self.positives(query_id)]
+
+
+def _split_off(query_ids: list[str], fraction: float, seed: int) -> tuple[list[str], list[str]]:
+    """(kept, held out): a seeded, order-independent draw of `fraction` of the ids."""
+    shuffled = sorted(query_ids)
+    random.Random(seed).shuffle(shuffled)
+    held_out = max(1, round(len(shuffled) * fraction))
+    return shuffled[held_out:], shuffled[:held_out]
+
+
+def _few_shot(query_ids: list[str], max_queries: int | None, seed: int) -> list[str]:
+    if max_queries is None or max_queries >= len(query_ids):
+        return query_ids
+    return random.Random(seed).sample(sorted(query_ids), max_queries)
+
+
+def _subset(collection: Collection, query_ids, name: str) -> Collection:
+    return Collection(
+        name=name,
+        corpus=collection.corpus,
+        queries={query_id: collection.queries[query_id] for query_id in query_ids},
+        qrels={query_id: collection.qrels[query_id] for query_id in query_ids},
+    )
+
+
+def _with_positives(collection: Collection) -> list[str]:
+    return [query_id for query_id, judged in collection.qrels.items() if any(rel > 0 for rel in judged.values())]
+
+
+def training_set_from_beir(
+    data_dir: str, dev_fraction: float, max_train_queries: int | None, seed: int, skip_unknown_ids: bool = False
+) -> TrainingSet:
+    """The train split of a BEIR folder; dev is qrels/dev.tsv when present, else held-out training queries."""
+    train = load_collection(data_dir, "train", skip_unknown_ids=skip_unknown_ids)
+    query_ids = _with_positives(train)
+    if (Path(data_dir) / "qrels" / f"{DEV_SPLIT}.tsv").is_file():
+        dev = load_collection(data_dir, DEV_SPLIT, skip_unknown_ids=skip_unknown_ids)
+        dev_note = "the collection's dev split"
+    else:
+        query_ids, dev_ids = _split_off(query_ids, dev_fraction, seed)
+        dev = _subset(train, dev_ids, DEV_SPLIT)
+        dev_note = f"{len(dev_ids)} training queries held out"
+    query_ids = _few_shot(query_ids, max_train_queries, seed)
+    kept = _subset(train, query_ids, "train")
+    few_shot = f" (few-shot: {len(query_ids)} queries drawn with seed {seed})" if max_train_queries else ""
+    return TrainingSet(
+        queries=kept.queries,
+        corpus=train.corpus,
+        qrels=kept.qrels,
+        dev=dev,
+        description=f"`{Path(data_dir).name}` train split, {len(query_ids)} queries{few_shot}; dev: {dev_note}",
+    )
+
+
+def _text_id(prefix: str, text: str) -> str:
+    return f"{prefix}{hashlib.sha1(text.encode()).hexdigest()[:16]}"
+
+
+def _read_pairs(path: Path) -> list[dict]:
+    if not path.is_file():
+        raise InputError(f"--train_file {path}: no such file.")
+    records = []
+    with path.open(encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise InputError(
+                    f"--train_file {path}, line {line_number}: not valid JSON ({error.msg}). Each line must be one "
+                    'JSON object like {"query": "...", "positive": "...", "negatives": ["..."]}.'
+                ) from None
+            missing = [name for name in PAIR_FIELDS if not isinstance(record, dict) or not isinstance(record.get(name), str)]
+            negatives = record.get("negatives", []) if isinstance(record, dict) else []
+            if missing or not isinstance(negatives, list) or not all(isinstance(text, str) for text in negatives):
+                fields = ", ".join(record) if isinstance(record, dict) else type(record).__name__
+                raise InputError(
+                    f"--train_file {path}, line {line_number}: needs text fields 'query' and 'positive' and, optionally, "
+                    f"'negatives' as a list of texts (it has: {fields})."
+                )
+            records.append({"query": record["query"], "positive": record["positive"], "negatives": negatives})
+    if not records:
+        raise InputError(f"--train_file {path}: no pairs (the file is empty or blank).")
+    return records
+
+
+def training_set_from_pairs(path: str, dev_fraction: float, max_train_queries: int | None, seed: int) -> TrainingSet:
+    """Pairs from JSON lines; the corpus is every positive and negative text, so mining searches among them."""
+    records = _read_pairs(Path(path))
+    queries, corpus, qrels, negatives = {}, {}, {}, {}
+    for record in records:
+        query_id, doc_id = _text_id("q", record["query"]), _text_id("d", record["positive"])
+        queries[query_id], corpus[doc_id] = record["query"], record["positive"]
+        qrels.setdefault(query_id, {})[doc_id] = 1
+        for text in record["negatives"]:
+            corpus[_text_id("d", text)] = text
+            negatives.setdefault(query_id, []).append(_text_id("d", text))
+    whole = Collection(name="train", corpus=corpus, queries=queries, qrels=qrels)
+    query_ids, dev_ids = _split_off(list(queries), dev_fraction, seed)
+    query_ids = _few_shot(query_ids, max_train_queries, seed)
+    kept = _subset(whole, query_ids, "train")
+    return TrainingSet(
+        queries=kept.queries,
+        corpus=corpus,
+        qrels=kept.qrels,
+        dev=_subset(whole, dev_ids, DEV_SPLIT),
+        description=f"`{Path(path).name}`, {len(query_ids)} queries; dev: {len(dev_ids)} queries held out",
+        given_negatives={query_id: ids for query_id, ids in negatives.items() if query_id in kept.queries},
+    )
+
+
+def random_crop(words: list[str], rng: random.Random) -> str:
+    low, high = (max(MIN_CROP_WORDS, round(len(words) * ratio)) for ratio in CROP_RATIO)
+    length = min(len(words), rng.randint(low, high))
+    start = rng.randint(0, len(words) - length)
+    return " ".join(words[start : start + length])
+
+
+def training_set_from_crops(passages: list[str], dev_fraction: float, seed: int, description: str) -> TrainingSet:
+    """Unsupervised pairs: for each passage, one random crop is the query and another the document it must find."""
+    rng = random.Random(seed)
+    queries, corpus, qrels = {}, {}, {}
+    for index, passage in enumerate(passages):
+        words = passage.split()
+        if len(words) < 2 * MIN_CROP_WORDS:
+            continue
+        query_id, doc_id = f"q{index}", f"d{index}"
+        queries[query_id], corpus[doc_id] = random_crop(words, rng), random_crop(words, rng)
+        qrels[query_id] = {doc_id: 1}
+    if len(queries) < 10:
+        raise InputError(
+            f"{description}: only {len(queries)} passages have {2 * MIN_CROP_WORDS} words or more; unsupervised pairs "
+            "need at least 10. Pass a larger --corpus_file."
+        )
+    whole = Collection(name="train", corpus=corpus, queries=queries, qrels=qrels)
+    query_ids, dev_ids = _split_off(list(queries), dev_fraction, seed)
+    kept = _subset(whole, query_ids, "train")
+    return TrainingSet(
+        queries=kept.queries,
+        corpus=corpus,
+        qrels=kept.qrels,
+        dev=_subset(whole, dev_ids, DEV_SPLIT),
+        description=f"{description}: {len(query_ids)} passages as pairs of independent random crops (Contriever); "
+        f"dev: {len(dev_ids)} passages held out",
+    )

@@ -1,0 +1,35 @@
+"""The training examples of one round, as the `datasets.Dataset` sentence-transformers' trainer reads.
+
+Columns follow the loss's input order: query, positive, then negative_1..negative_n; with a
+teacher, a `label` column holds its scores of the positive then each negative (MarginMSE and
+KL-divergence both read them in that form).
+"""
+
+import numpy as np
+from datasets import Dataset
+
+from .data import TrainingSet
+
+
+def teacher_scores(teacher, training_set: TrainingSet, examples: list[tuple[str, str, list[str]]]) -> np.ndarray:
+    """(examples, 1 + negatives) teacher scores of each example's positive then negatives."""
+    width = 1 + len(examples[0][2])
+    queries = [training_set.queries[query_id] for query_id, _, negatives in examples for _ in range(width)]
+    documents = [training_set.corpus[doc_id] for _, positive, negatives in examples for doc_id in (positive, *negatives)]
+    return np.asarray(teacher.score(queries, documents), dtype=np.float32).reshape(len(examples), width)
+
+
+def examples_dataset(
+    training_set: TrainingSet,
+    examples: list[tuple[str, str, list[str]]],
+    scores: np.ndarray | None = None,
+) -> Dataset:
+    columns = {
+        "query": [training_set.queries[query_id] for query_id, _, _ in examples],
+        "positive": [training_set.corpus[positive] for _, positive, _ in examples],
+    }
+    for index in range(len(examples[0][2])):
+        columns[f"negative_{index + 1}"] = [training_set.corpus[negatives[index]] for _, _, negatives in examples]
+    if scores is not None:
+        columns["label"] = scores.tolist()
+    return Dataset.from_dict(columns)

@@ -1,0 +1,118 @@
+"""The fine-tuned model's card: sentence-transformers' own card, extended with the recipe, the
+starting checkpoint, a dev/test table and a plot of the training loss and dev nDCG@10."""
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from jinja2 import Template
+
+from ..common.templates import read_template
+from .rounds import RoundPlan
+
+TEMPLATE = "finetuned_retriever.md"
+CURVES_PLOT = "training_curves.png"
+PRIMARY_METRIC = "ndcg@10"
+
+
+def _unprefixed(metrics: dict, split: str) -> dict:
+    return {key.removeprefix(f"{split}_"): round(value, 4) for key, value in metrics.items() if key.startswith(f"{split}_")}
+
+
+def seed_decoder_settings(path: str) -> dict | None:
+    """The weak decoder a SEED pretraining folder was trained with; None for other checkpoints."""
+    config_file = Path(path) / "config.json"
+    config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+    if config.get("model_type") != "seed_encoder":
+        return None
+    return {key: config.get(key) for key in ("decoder_num_layers", "decoder_attention_span", "decoder_loss_weight")}
+
+
+def curves(plans: list[RoundPlan], start_metrics: dict, metric_key: str) -> tuple[list, list]:
+    """(step, training loss) and (step, dev metric) over all rounds, steps counted across rounds."""
+    losses, dev, offset = [], [(0, start_metrics[metric_key])], 0
+    for plan in plans:
+        history = plan.log_history()
+        losses += [(offset + entry["step"], entry["loss"]) for entry in history if "loss" in entry]
+        dev += [(offset + entry["step"], entry[f"eval_{metric_key}"]) for entry in history if f"eval_{metric_key}" in entry]
+        offset += max((entry["step"] for entry in history), default=0)
+    return losses, dev
+
+
+def plot_training_curves(losses: list, dev: list, metric_label: str, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, loss_axes = plt.subplots(figsize=(7, 4))
+    if losses:
+        loss_axes.plot(*zip(*losses), "-", color="tab:blue", label="training loss")
+    loss_axes.set_xlabel("step (all rounds)")
+    loss_axes.set_ylabel("training loss")
+    metric_axes = loss_axes.twinx()
+    metric_axes.plot(*zip(*dev), "o--", color="tab:orange", label=metric_label)
+    metric_axes.set_ylabel(metric_label)
+    handles = loss_axes.get_legend_handles_labels()[0] + metric_axes.get_legend_handles_labels()[0]
+    loss_axes.legend(handles, [handle.get_label() for handle in handles], loc="center right")
+    loss_axes.set_title("seed-encoder fine-tuning")
+    loss_axes.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def describe_recipe(recipe, loss) -> dict:
+    if recipe.negatives == "none":
+        negatives = "in-batch only"
+    else:
+        source = {"bm25": "BM25", "self": "BM25 in round 1, then the model's own index (ANCE-style)"}[recipe.negatives]
+        negatives = (
+            f"{recipe.negatives_per_query} per pair, drawn from ranks {recipe.negatives_range_min}-"
+            f"{recipe.negatives_range_max} of {source}, judged positives excluded"
+        )
+    teacher = "none"
+    if recipe.teacher:
+        teacher = f"{' + '.join(recipe.teacher)} ({recipe.distillation}, scores standardised and averaged)"
+    return {"loss": type(loss).__name__, "negatives": negatives, "rounds": recipe.mining_rounds, "teacher": teacher}
+
+
+def write_model_card(
+    folder: Path, *, plans, best, start_metrics, test_metrics, model_args, data_args, recipe_summary, training_args,
+    training_set, starting_kind, model_class: str, model_description: str, extra_columns: tuple = (),
+) -> None:
+    """Append the fine-tuning section to the card sentence-transformers wrote into `folder`, with its plot."""
+    metric_key = f"dev_{PRIMARY_METRIC}"
+    plot_training_curves(*curves(plans, start_metrics, metric_key), f"dev {PRIMARY_METRIC}", folder / CURVES_PLOT)
+    rows = [{"model": "starting checkpoint", "split": "dev", "metrics": _unprefixed(start_metrics, "dev")}]
+    rows += [
+        {"model": f"round {plan.number}" + (" (final)" if plan is best else ""), "split": "dev",
+         "metrics": _unprefixed(plan.dev_metrics(), "dev")}
+        for plan in plans
+    ]
+    if test_metrics is not None:
+        rows.append({"model": "final", "split": data_args.eval_split, "metrics": _unprefixed(test_metrics, data_args.eval_split)})
+    section = Template(read_template(TEMPLATE)).render(
+        model_class=model_class,
+        model_description=model_description,
+        start={"path": model_args.model_name_or_path, "kind": starting_kind,
+               "seed": seed_decoder_settings(model_args.model_name_or_path)},
+        recipe=recipe_summary,
+        data_description=training_set.description,
+        training={
+            "batch_size": training_args.per_device_train_batch_size * training_args.world_size
+            * training_args.gradient_accumulation_steps,
+            "world_size": training_args.world_size,
+            "learning_rate": training_args.learning_rate,
+            "epochs": training_args.num_train_epochs,
+            "seed": training_args.seed,
+        },
+        evaluation_rows=rows,
+        extra_columns=extra_columns,
+        best_round=f"round {best.number}",
+        command=shlex.join(sys.argv),
+    )
+    card = folder / "README.md"
+    existing = card.read_text(encoding="utf-8") if card.is_file() else ""
+    card.write_text(existing.rstrip() + "\n" + section, encoding="utf-8")

@@ -1,0 +1,110 @@
+"""One training round: negatives, teacher scores, `trainer.train()`, and the round's model on disk.
+
+A round's folder holds, in the order they are written: `examples.json` (its training examples and
+teacher scores, so a resumed round trains on exactly the same data), the Trainer's checkpoints,
+`dev_metrics.json`, and `model/`, the round's finished model, moved into place with config.json
+last. A round with `model/config.json` is complete; an incomplete one resumes from its last whole
+checkpoint.
+"""
+
+import json
+import logging
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..common.output_dir import FINISHED_MARKER, last_complete_checkpoint, publish_final_model, staging_dir
+from ..evaluation.retrievers import BM25Retriever
+from .data import TrainingSet
+from .examples import teacher_scores
+from .negatives import draw_negatives, mine_negative_candidates
+
+logger = logging.getLogger(__name__)
+EXAMPLES_FILE = "examples.json"
+DEV_METRICS_FILE = "dev_metrics.json"
+MODEL_DIR = "model"
+
+
+@dataclass
+class RoundPlan:
+    number: int
+    folder: Path
+
+    @property
+    def model_dir(self) -> Path:
+        return self.folder / MODEL_DIR
+
+    @property
+    def is_complete(self) -> bool:
+        return (self.model_dir / FINISHED_MARKER).is_file()
+
+    def dev_metrics(self) -> dict:
+        return json.loads((self.folder / DEV_METRICS_FILE).read_text())
+
+    def log_history(self) -> list[dict]:
+        return json.loads((self.folder / "trainer_state.json").read_text())["log_history"]
+
+
+def write_json_atomically(path: Path, value) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(json.dumps(value))
+    temporary.replace(path)
+
+
+def negative_candidates(round_number: int, source: str, training_set: TrainingSet, recipe, retriever_for_model):
+    """Who ranks the negatives of this round: given ones, BM25, or (ANCE-style, after round 1) the model itself."""
+    if source == "none":
+        return training_set.given_negatives or None
+    if source == "self" and round_number > 1:
+        retriever = retriever_for_model()
+    else:
+        retriever = BM25Retriever()
+    return mine_negative_candidates(retriever, training_set, recipe.negatives_range_min, recipe.negatives_range_max)
+
+
+def prepare_examples(plan: RoundPlan, training_set: TrainingSet, recipe, seed: int, retriever_for_model, teacher, label_scale):
+    """The round's examples (query id, positive id, negative ids) and teacher scores, mined once and kept."""
+    path = plan.folder / EXAMPLES_FILE
+    if path.is_file():
+        saved = json.loads(path.read_text())
+        scores = None if saved["scores"] is None else np.asarray(saved["scores"], dtype=np.float32)
+        return [tuple(example) for example in saved["examples"]], scores
+    candidates = negative_candidates(plan.number, recipe.negatives, training_set, recipe, retriever_for_model)
+    if candidates is None:
+        examples = [(query_id, positive, []) for query_id, positive in training_set.pairs()]
+    else:
+        examples = draw_negatives(candidates, training_set, recipe.negatives_per_query, seed + plan.number)
+    scores = None
+    if teacher is not None:
+        scores = teacher_scores(teacher, training_set, examples) * label_scale
+    plan.folder.mkdir(parents=True, exist_ok=True)
+    write_json_atomically(path, {"examples": examples, "scores": None if scores is None else scores.tolist()})
+    return examples, scores
+
+
+def train_round(plan: RoundPlan, trainer) -> dict:
+    """Train the round (resuming its last whole checkpoint), then write its dev metrics and its model."""
+    trainer.train(resume_from_checkpoint=last_complete_checkpoint(plan.folder))
+    metrics = final_evaluation(trainer)
+    staged = staging_dir(str(plan.model_dir))
+    if trainer.is_world_process_zero():
+        shutil.rmtree(staged, ignore_errors=True)  # what a run killed while saving left
+    trainer.save_model(str(staged))
+    if trainer.is_world_process_zero():
+        trainer.state.save_to_json(str(plan.folder / "trainer_state.json"))
+        write_json_atomically(plan.folder / DEV_METRICS_FILE, metrics)
+        publish_final_model(str(plan.model_dir))
+    trainer.accelerator.wait_for_everyone()
+    return metrics
+
+
+def final_evaluation(trainer) -> dict:
+    """The evaluator's metrics of the trained model: those logged at the last step when there are, else computed."""
+    primary = f"eval_{trainer.evaluator.primary_metric}"
+    logged = [entry for entry in trainer.state.log_history if primary in entry]
+    if not logged or logged[-1]["step"] != trainer.state.global_step:
+        trainer.evaluate()
+        logged = [entry for entry in trainer.state.log_history if primary in entry]
+    return {key.removeprefix("eval_"): value for key, value in logged[-1].items() if key.startswith("eval_")}

@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
+from transformers import AutoConfig, AutoModel
 
 from modeling_seed import SeedEncoderConfig
 
@@ -41,6 +43,26 @@ def tiny_config():
         return SeedEncoderConfig(**{**TINY, **overrides})
 
     return make
+
+
+@pytest.fixture
+def save_tiny_encoder():
+    """`save_tiny_encoder(model_type, folder, vocab_size=120, without=None)`: a randomly initialised encoder
+    of that transformers model type, saved as its library saves it (no download), less the weight
+    named `without` if given."""
+
+    def save(model_type: str, folder: Path, vocab_size: int = 120, without: str | None = None) -> None:
+        config = AutoConfig.for_model(
+            model_type, vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+            intermediate_size=64, max_position_embeddings=64,
+        )
+        AutoModel.from_config(config).save_pretrained(folder)
+        if without is not None:
+            tensors = load_file(folder / "model.safetensors")
+            del tensors[without]
+            save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+
+    return save
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ Accepted inputs: plain text (one passage per line), JSON lines (`--text_column`;
 installation (CPython's pydoc topics) is used, so the default run needs no download.
 """
 
+import copy
 import json
 import re
 from collections.abc import Iterator
@@ -213,9 +214,12 @@ def tokenize_corpus(
 
     Whole-word masking finds word boundaries from offsets, so those are kept when it is on.
     """
+    # Tokenizing with truncation sets it on the tokenizer's backend, and the saved tokenizer.json would then
+    # depend on whether datasets' cache spared the work: a copy tokenizes, and `tokenizer` stays as it was.
+    tokenizing = copy.deepcopy(tokenizer)
 
     def tokenize(batch):
-        return tokenizer(
+        return tokenizing(
             batch[text_column],
             truncation=True,
             max_length=max_seq_length,

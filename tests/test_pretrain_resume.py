@@ -1,8 +1,8 @@
-"""An interrupted pretraining run, rerun with the same command, ends with the very weights of an uninterrupted one.
+"""An interrupted pretraining run, rerun with the same command, continues from its last whole checkpoint
+and ends with the very weights of an uninterrupted one.
 
 Every run here trains the same tiny model for 12 steps with a checkpoint every 4, on the same
-real text, seed and tokenizer (a WordPiece vocabulary is trained once and passed with
---tokenizer_name: training one is not deterministic across processes).
+real text, seed and tokenizer (a WordPiece vocabulary trained once, passed with --tokenizer_name).
 """
 
 import json
@@ -26,6 +26,7 @@ from pretrain_helpers import (
     weights,
     write_lines,
 )
+from training.common.output_dir import LOCK_FILE
 from training.pretraining.tokenizer import train_wordpiece_tokenizer
 
 STEPS, SAVE_EVERY = 12, 4
@@ -77,6 +78,8 @@ def test_run_killed_with_sigkill_resumes_to_identical_weights(tmp_path, command,
         os.kill(process.pid, signal.SIGKILL)
         assert process.wait(timeout=30) == -signal.SIGKILL
     assert not looks_finished(out)
+    # The killed run's lock file is left behind; its lock died with the process.
+    assert (out / LOCK_FILE).read_text().startswith(f"process {process.pid} on ")
 
     resumed = run_script(command(out))
 
@@ -84,6 +87,7 @@ def test_run_killed_with_sigkill_resumes_to_identical_weights(tmp_path, command,
     assert f"Resuming from {out / 'checkpoint-8'}" in resumed.stderr
     assert global_step(out / "checkpoint-12") == STEPS
     assert max_abs_difference(weights(out), weights(uninterrupted)) <= 1e-6
+    assert not (out / LOCK_FILE).exists()
 
 
 def test_checkpoint_cut_short_is_removed_and_the_previous_one_resumed(tmp_path, caplog, command, uninterrupted):

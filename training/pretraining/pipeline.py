@@ -10,7 +10,13 @@ import modeling_seed  # noqa: F401  (registers SEED with the Auto classes in eve
 from modeling_seed import DataCollatorForSeedPretraining, SeedEncoderForPreTraining
 
 from ..common.errors import InputError
-from ..common.output_dir import clear_output_dir, find_existing_run, publish_final_model, staging_dir
+from ..common.output_dir import (
+    clear_output_dir,
+    find_existing_run,
+    output_dir_lock,
+    publish_final_model,
+    staging_dir,
+)
 from .arguments import DataArguments, ModelArguments, SeedPretrainingArguments
 from .corpus import load_raw_corpus, tokenize_corpus
 from .model_card import LOSS_PLOT, plot_loss_curves, render_model_card
@@ -49,13 +55,20 @@ def run_pretraining(
 ) -> Path:
     """Pre-train a SEED-Encoder and write it to `training_args.output_dir`; returns that folder.
 
-    Every input is checked before anything is written, a run interrupted at any point resumes from
-    its last whole checkpoint, and the final model appears in the folder only once it is complete.
+    Only one run at a time writes to the folder, every input is checked before anything is
+    written, a run interrupted at any point resumes from its last whole checkpoint, and the final
+    model appears in the folder only once it is complete.
     """
     logging.basicConfig(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         level=logging.INFO if training_args.should_log else logging.WARNING,
     )
+    with output_dir_lock(training_args.output_dir, is_main_process=training_args.process_index == 0):
+        _pretrain(model_args, data_args, training_args)
+    return Path(training_args.output_dir)
+
+
+def _pretrain(model_args: ModelArguments, data_args: DataArguments, training_args: SeedPretrainingArguments) -> None:
     streaming = data_args.streaming
     validation_percentage = data_args.validation_split_percentage
     if validation_percentage is None:
@@ -190,4 +203,3 @@ def run_pretraining(
         if training_args.push_to_hub:
             push_final_model(training_args)
     trainer.accelerator.wait_for_everyone()
-    return Path(training_args.output_dir)

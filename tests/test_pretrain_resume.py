@@ -13,6 +13,7 @@ import subprocess
 import time
 
 import pytest
+from safetensors.torch import save_file
 
 from pretrain_helpers import (
     REPO_ROOT,
@@ -30,6 +31,7 @@ from training.common.output_dir import LOCK_FILE
 from training.pretraining.tokenizer import train_wordpiece_tokenizer
 
 STEPS, SAVE_EVERY = 12, 4
+NUDGE = 0.01
 
 
 @pytest.fixture(scope="module")
@@ -105,6 +107,22 @@ def test_checkpoint_cut_short_is_removed_and_the_previous_one_resumed(tmp_path, 
     assert global_step(out / "checkpoint-12") == STEPS
     assert max_abs_difference(weights(out / "checkpoint-12"), weights(uninterrupted / "checkpoint-12")) <= 1e-6
     assert max_abs_difference(weights(out), weights(uninterrupted)) <= 1e-6
+
+
+def test_rerun_continues_from_the_checkpoints_weights_rather_than_starting_over(tmp_path, caplog, command, uninterrupted):
+    out = tmp_path / "out"
+    # What a kill after checkpoint-8 leaves, with checkpoint-8's weights nudged: a rerun that trained from
+    # scratch would end at the uninterrupted weights, one that continued carries the nudge to the end.
+    shutil.copytree(uninterrupted / "checkpoint-8", out / "checkpoint-8")
+    nudged = {name: tensor + NUDGE for name, tensor in weights(out / "checkpoint-8").items()}
+    save_file(nudged, out / "checkpoint-8" / "model.safetensors", metadata={"format": "pt"})
+
+    assert pretrain(command(out)) == 0
+
+    assert f"Resuming from {out / 'checkpoint-8'}" in caplog.text
+    assert global_step(out / "checkpoint-12") == STEPS
+    # Four AdamW steps at a learning rate of at most 5e-4 move a weight by at most 2e-3.
+    assert max_abs_difference(weights(out), weights(uninterrupted)) >= NUDGE - 2e-3
 
 
 def test_resume_from_checkpoint_continues_a_run_from_another_folder(tmp_path, command, uninterrupted):

@@ -6,6 +6,7 @@ launchers). Both take the same flags.
 """
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -51,6 +52,13 @@ def run_script(argv: list[str], timeout: float = 240, **variables: str) -> subpr
         script_command(argv), cwd=REPO_ROOT, env=subprocess_env(**variables), capture_output=True, text=True,
         timeout=timeout,
     )
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now, for a launcher's rendezvous."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def write_lines(path: Path, lines: list[str]) -> Path:

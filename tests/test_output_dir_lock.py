@@ -15,13 +15,13 @@ from pretrain_helpers import (
     PRETRAIN_SCRIPT,
     REPO_ROOT,
     TINY_RUN,
+    free_port,
     pretrain,
     run_script,
     script_command,
     subprocess_env,
     write_lines,
 )
-from test_pretrain_distributed import free_port
 from training.common.output_dir import LOCK_FILE
 
 

@@ -10,8 +10,7 @@ import sys
 import pytest
 from datasets import Dataset, DatasetDict, IterableDataset
 
-from pretrain_helpers import REPO_ROOT, TINY_RUN, pretrain, subprocess_env, write_lines
-from test_pretrain_distributed import free_port
+from pretrain_helpers import REPO_ROOT, TINY_RUN, free_port, pretrain, subprocess_env, write_lines
 from training.pretraining.corpus import load_raw_corpus
 
 

@@ -8,8 +8,12 @@ setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     python_requires=">=3.10",
-    packages=find_packages(include=["modeling_seed", "modeling_seed.*", "training", "training.*"]),
-    package_data={"training": ["configs/*.yaml", "configs/*.json"]},
+    # model_cards/ (where the templates are edited) is installed as the data package training.model_cards.
+    packages=[
+        *find_packages(include=["modeling_seed", "modeling_seed.*", "training", "training.*"]), "training.model_cards"
+    ],
+    package_dir={"training.model_cards": "model_cards"},
+    package_data={"training": ["configs/*.yaml", "configs/*.json"], "training.model_cards": ["*.md"]},
     install_requires=["torch>=2.4", "transformers>=5.0,<6"],
     extras_require={
         "training": [
@@ -20,6 +24,7 @@ setup(
             "sentence-transformers>=6.0",
             "matplotlib>=3.7",
             "pyyaml>=6.0",
+            "filelock>=4.0",
         ],
         "tests": [
             "pytest>=8",

@@ -12,6 +12,9 @@ AUTO_MAP = {
     "AutoModelForPreTraining": "modeling_seed.SeedEncoderForPreTraining",
 }
 
+# Checkpoints a warm start loads: their parameter names and embeddings are the SEED encoder's own.
+WARM_START_MODEL_TYPES = ("bert",)
+
 
 @strict
 class SeedEncoderConfig(PreTrainedConfig):
@@ -119,11 +122,27 @@ class SeedEncoderConfig(PreTrainedConfig):
 
     @classmethod
     def from_config_dict(cls, config_dict: dict, **overrides) -> "SeedEncoderConfig":
-        """A SEED config taking its shape from another model's config dict: BERT's encoder fields from any
-        BERT-family config (a warm start gets the default decoder), and the decoder's too from a SEED
-        config. Every other entry is ignored; `overrides` win."""
+        """A SEED config taking its shape from another model's config dict: BERT's encoder fields from a
+        BERT config (a warm start gets the default decoder), and the decoder's too from a SEED config.
+        Every other entry is ignored; `overrides` win."""
         shape = {key: value for key, value in config_dict.items() if key in cls.__annotations__}
         return cls(**{**shape, **overrides})
+
+    @classmethod
+    def from_bert_config(cls, config_dict: dict, **overrides) -> "SeedEncoderConfig":
+        """`from_config_dict` for a warm start, refusing (ValueError) a checkpoint whose weights the SEED
+        encoder would not compute with as their own model does."""
+        model_type = config_dict.get("model_type")
+        if model_type not in WARM_START_MODEL_TYPES:
+            raise ValueError(
+                f"model_type {model_type!r} cannot warm-start a SEED-Encoder: only BERT checkpoints (model_type "
+                f"{', '.join(map(repr, WARM_START_MODEL_TYPES))}, e.g. all-MiniLM-L6-v2) load into its BERT encoder "
+                "unchanged. RoBERTa, XLM-R and CamemBERT number positions from padding_idx + 1 and have one token "
+                "type, and ELECTRA stores its encoder under `electra.` and projects its smaller embeddings, so their "
+                "weights would compute something else or stay unloaded. Start from a BERT checkpoint, or continue a "
+                f"SEED checkpoint (model_type {cls.model_type!r})."
+            )
+        return cls.from_config_dict(config_dict, **overrides)
 
     def to_dict(self) -> dict:
         config_dict = super().to_dict()

@@ -441,14 +441,40 @@ class SeedEncoderForPreTraining(SeedEncoderPreTrainedModel):
     @classmethod
     def from_bert(cls, bert_path: str, **config_overrides) -> "SeedEncoderForPreTraining":
         """Warm start: a SEED pretraining model whose encoder (and MLM head, when the checkpoint
-        has one) carries the weights of any BERT-family checkpoint folder, with a fresh decoder.
+        has one) carries the weights of a BERT checkpoint folder, with a fresh decoder. Other model
+        types, and checkpoints that lack encoder weights, are refused with a ValueError.
 
         `config_overrides` set SEED fields, e.g. `decoder_attention_span=8`.
         """
         from transformers import AutoConfig
 
         bert_config = AutoConfig.from_pretrained(bert_path).to_dict()
-        return cls.from_pretrained(bert_path, config=SeedEncoderConfig.from_config_dict(bert_config, **config_overrides))
+        return cls.from_encoder_checkpoint(bert_path, SeedEncoderConfig.from_bert_config(bert_config, **config_overrides))
+
+    @classmethod
+    def from_encoder_checkpoint(cls, path: str, config: SeedEncoderConfig) -> "SeedEncoderForPreTraining":
+        """`from_pretrained(path, config=config)` that raises a ValueError naming every encoder weight the
+        checkpoint does not fill (absent, or of another shape), instead of leaving it at its random
+        initialisation; the MLM head and the decoder may start fresh."""
+        model, loading_info = cls.from_pretrained(
+            path, config=config, output_loading_info=True, ignore_mismatched_sizes=True
+        )
+        encoder = f"{cls.base_model_prefix}."
+        unfilled = [
+            f"{name} (not in the checkpoint)" for name in sorted(loading_info["missing_keys"]) if name.startswith(encoder)
+        ]
+        unfilled += [
+            f"{name} ({tuple(there)} in the checkpoint, {tuple(here)} in the model)"
+            for name, there, here in sorted(loading_info["mismatched_keys"])
+            if name.startswith(encoder)
+        ]
+        if unfilled:
+            raise ValueError(
+                f"{path}: {len(unfilled)} encoder weight(s) would start from random values instead of the "
+                f"checkpoint's: {'; '.join(unfilled)}. Use a checkpoint that holds the whole encoder, in the shape "
+                "its config.json gives, as BertModel, BertForMaskedLM or a SEED model save it."
+            )
+        return model
 
     def get_output_embeddings(self):
         return self.cls.predictions.decoder

@@ -6,6 +6,7 @@ launchers). Both take the same flags.
 """
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -35,20 +36,29 @@ def pretrain(argv: list[str]) -> int:
     return main([str(arg) for arg in argv])
 
 
-def subprocess_env() -> dict[str, str]:
-    """The current environment, with one thread per process (tiny models; a shared, busy CPU)."""
-    return {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+def subprocess_env(**variables: str) -> dict[str, str]:
+    """The current environment plus `variables`, with one thread per process (tiny models; a shared, busy CPU)."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", **variables}
 
 
 def script_command(argv: list[str]) -> list[str]:
     return [sys.executable, str(PRETRAIN_SCRIPT), *map(str, argv)]
 
 
-def run_script(argv: list[str], timeout: float = 240) -> subprocess.CompletedProcess:
-    """`python training/pretrain.py ARGV` as a real subprocess, run from the repository root."""
+def run_script(argv: list[str], timeout: float = 240, **variables: str) -> subprocess.CompletedProcess:
+    """`python training/pretrain.py ARGV` as a real subprocess, run from the repository root, with the
+    environment variables `variables` set."""
     return subprocess.run(
-        script_command(argv), cwd=REPO_ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=timeout
+        script_command(argv), cwd=REPO_ROOT, env=subprocess_env(**variables), capture_output=True, text=True,
+        timeout=timeout,
     )
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now, for a launcher's rendezvous."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def write_lines(path: Path, lines: list[str]) -> Path:

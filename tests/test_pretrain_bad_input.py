@@ -9,6 +9,7 @@ import json
 import pytest
 
 from pretrain_helpers import TINY_MODEL, TINY_RUN, looks_finished, pretrain, run_script, write_lines
+from training.pretraining.tokenizer import train_wordpiece_tokenizer
 
 NARROWER_MODEL = TINY_MODEL.replace("hidden_size=64", "hidden_size=32")
 
@@ -175,3 +176,35 @@ def test_output_dir_holding_unrelated_files_is_left_alone(tmp_path, capsys):
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
     assert (out / "notes.txt").read_text() == "my notes\n"
     assert not looks_finished(out)
+
+
+def test_warm_start_from_roberta_is_refused_naming_the_supported_model_types(tmp_path, capsys, save_tiny_encoder):
+    roberta = tmp_path / "roberta"
+    save_tiny_encoder("roberta", roberta)
+    out = tmp_path / "out"
+
+    message = error_of(capsys, ["--model_name_or_path", roberta, "--output_dir", out, *TINY_RUN, "--max_steps", "2"])
+
+    assert message.startswith(
+        f"error: --model_name_or_path {roberta}: model_type 'roberta' cannot warm-start a SEED-Encoder: "
+        "only BERT checkpoints (model_type 'bert', e.g. all-MiniLM-L6-v2)"
+    )
+    assert not out.exists()
+
+
+def test_warm_start_missing_an_encoder_weight_names_it_and_trains_nothing(tmp_path, capsys, real_lines, save_tiny_encoder):
+    damaged = tmp_path / "bert"
+    save_tiny_encoder("bert", damaged, vocab_size=1000, without="embeddings.position_embeddings.weight")
+    train_wordpiece_tokenizer(real_lines, vocab_size=1000, model_max_length=64).save_pretrained(damaged)
+    out = tmp_path / "out"
+
+    message = error_of(capsys, [
+        "--model_name_or_path", damaged, "--output_dir", out, "--max_seq_length", "32", "--max_steps", "2",
+        "--report_to", "none",
+    ])
+
+    assert message.startswith(
+        f"error: --model_name_or_path {damaged}: 1 encoder weight(s) would start from random values instead of the "
+        "checkpoint's: bert.embeddings.position_embeddings.weight (not in the checkpoint)."
+    )
+    assert not out.exists()

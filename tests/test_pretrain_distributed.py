@@ -5,7 +5,6 @@ torch.distributed.run, so two ranks (a gloo world of size 2) share each optimize
 """
 
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -14,15 +13,9 @@ import pytest
 from transformers import AutoModel
 
 import modeling_seed
-from pretrain_helpers import PRETRAIN_SCRIPT, REPO_ROOT, TINY_RUN, subprocess_env
+from pretrain_helpers import PRETRAIN_SCRIPT, REPO_ROOT, TINY_RUN, free_port, subprocess_env
 
 ACCELERATE = Path(sys.executable).with_name("accelerate")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_two_cpu_processes_share_each_step_and_write_one_complete_model(tmp_path):

@@ -239,16 +239,21 @@ def test_dataset_dir_trains_on_a_save_to_disk_folder(pretrain_lines, tmp_path):
     assert "- Steps: 2 (0.33 epochs), 48 training sequences" in card
 
 
-def test_beir_corpus_jsonl_trains_with_titles_joined(shared_data_dir, tmp_path):
+@pytest.mark.parametrize("streaming", [False, True])
+def test_beir_corpus_jsonl_trains_with_titles_joined(streaming, shared_data_dir, tmp_path):
     with (shared_data_dir / "scifact" / "corpus.jsonl").open(encoding="utf-8") as handle:
         records = [json.loads(next(handle)) for _ in range(40)]
     corpus = write_lines(tmp_path / "corpus.jsonl", [json.dumps(record) for record in records])
     out = tmp_path / "out"
 
-    status = pretrain(["--train_file", corpus, "--output_dir", out, *TINY_RUN, "--max_steps", "2"])
+    status = pretrain([
+        "--train_file", corpus, "--output_dir", out, *TINY_RUN, "--max_steps", "2", *(["--streaming"] * streaming),
+    ])
 
     assert status == 0
-    assert "- Steps: 2 (0.40 epochs), 40 training sequences" in card_text(out)
+    assert ("a stream of training sequences" if streaming else "- Steps: 2 (0.40 epochs), 40 training sequences") in (
+        card_text(out)
+    )
     vocabulary = AutoTokenizer.from_pretrained(out).get_vocab()
     title_only_words = {
         word for record in records for word in record["title"].lower().split()

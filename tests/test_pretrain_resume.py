@@ -1,8 +1,8 @@
-"""An interrupted pretraining run, rerun with the same command, ends with the very weights of an uninterrupted one.
+"""An interrupted pretraining run, rerun with the same command, continues from its last whole checkpoint
+and ends with the very weights of an uninterrupted one.
 
 Every run here trains the same tiny model for 12 steps with a checkpoint every 4, on the same
-real text, seed and tokenizer (a WordPiece vocabulary is trained once and passed with
---tokenizer_name: training one is not deterministic across processes).
+real text, seed and tokenizer (a WordPiece vocabulary trained once, passed with --tokenizer_name).
 """
 
 import json
@@ -13,6 +13,7 @@ import subprocess
 import time
 
 import pytest
+from safetensors.torch import save_file
 
 from pretrain_helpers import (
     REPO_ROOT,
@@ -26,9 +27,11 @@ from pretrain_helpers import (
     weights,
     write_lines,
 )
+from training.common.output_dir import LOCK_FILE
 from training.pretraining.tokenizer import train_wordpiece_tokenizer
 
 STEPS, SAVE_EVERY = 12, 4
+NUDGE = 0.01
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +80,8 @@ def test_run_killed_with_sigkill_resumes_to_identical_weights(tmp_path, command,
         os.kill(process.pid, signal.SIGKILL)
         assert process.wait(timeout=30) == -signal.SIGKILL
     assert not looks_finished(out)
+    # The killed run's lock file is left behind; its lock died with the process.
+    assert (out / LOCK_FILE).read_text().startswith(f"process {process.pid} on ")
 
     resumed = run_script(command(out))
 
@@ -84,6 +89,7 @@ def test_run_killed_with_sigkill_resumes_to_identical_weights(tmp_path, command,
     assert f"Resuming from {out / 'checkpoint-8'}" in resumed.stderr
     assert global_step(out / "checkpoint-12") == STEPS
     assert max_abs_difference(weights(out), weights(uninterrupted)) <= 1e-6
+    assert not (out / LOCK_FILE).exists()
 
 
 def test_checkpoint_cut_short_is_removed_and_the_previous_one_resumed(tmp_path, caplog, command, uninterrupted):
@@ -101,6 +107,22 @@ def test_checkpoint_cut_short_is_removed_and_the_previous_one_resumed(tmp_path, 
     assert global_step(out / "checkpoint-12") == STEPS
     assert max_abs_difference(weights(out / "checkpoint-12"), weights(uninterrupted / "checkpoint-12")) <= 1e-6
     assert max_abs_difference(weights(out), weights(uninterrupted)) <= 1e-6
+
+
+def test_rerun_continues_from_the_checkpoints_weights_rather_than_starting_over(tmp_path, caplog, command, uninterrupted):
+    out = tmp_path / "out"
+    # What a kill after checkpoint-8 leaves, with checkpoint-8's weights nudged: a rerun that trained from
+    # scratch would end at the uninterrupted weights, one that continued carries the nudge to the end.
+    shutil.copytree(uninterrupted / "checkpoint-8", out / "checkpoint-8")
+    nudged = {name: tensor + NUDGE for name, tensor in weights(out / "checkpoint-8").items()}
+    save_file(nudged, out / "checkpoint-8" / "model.safetensors", metadata={"format": "pt"})
+
+    assert pretrain(command(out)) == 0
+
+    assert f"Resuming from {out / 'checkpoint-8'}" in caplog.text
+    assert global_step(out / "checkpoint-12") == STEPS
+    # Four AdamW steps at a learning rate of at most 5e-4 move a weight by at most 2e-3.
+    assert max_abs_difference(weights(out), weights(uninterrupted)) >= NUDGE - 2e-3
 
 
 def test_resume_from_checkpoint_continues_a_run_from_another_folder(tmp_path, command, uninterrupted):

@@ -1,5 +1,6 @@
 """SeedEncoderForPreTraining.from_bert: a BERT checkpoint becomes the encoder, unchanged, with a fresh
-weak decoder sharing the encoder's word embeddings."""
+weak decoder sharing the encoder's word embeddings; other encoder types, and checkpoints that would
+leave an encoder weight at random, are refused."""
 
 import pytest
 import torch
@@ -74,3 +75,41 @@ def test_warm_start_carries_over_the_mlm_head_when_the_checkpoint_has_one(tmp_pa
         got_logits = seed.cls(seed.bert(input_ids).last_hidden_state)
 
     torch.testing.assert_close(got_logits, expected_logits, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("model_type", ["roberta", "xlm-roberta", "camembert", "electra"])
+def test_warm_start_from_another_encoder_type_is_refused_saying_only_bert_loads_unchanged(
+    model_type, tmp_path, save_tiny_encoder
+):
+    save_tiny_encoder(model_type, tmp_path)
+
+    with pytest.raises(ValueError) as refusal:
+        SeedEncoderForPreTraining.from_bert(str(tmp_path))
+
+    message = str(refusal.value)
+    assert message.startswith(f"model_type {model_type!r} cannot warm-start a SEED-Encoder: only BERT checkpoints")
+    assert "padding_idx + 1" in message and "Start from a BERT checkpoint" in message
+
+
+def test_checkpoint_missing_an_encoder_weight_is_refused_naming_it(tmp_path, save_tiny_encoder):
+    save_tiny_encoder("bert", tmp_path, without="encoder.layer.1.output.dense.weight")
+
+    with pytest.raises(ValueError) as refusal:
+        SeedEncoderForPreTraining.from_bert(str(tmp_path))
+
+    assert str(refusal.value).startswith(
+        f"{tmp_path}: 1 encoder weight(s) would start from random values instead of the checkpoint's: "
+        "bert.encoder.layer.1.output.dense.weight (not in the checkpoint)."
+    )
+
+
+def test_checkpoint_of_another_shape_than_its_config_is_refused_naming_the_weights(tmp_path, save_tiny_encoder):
+    save_tiny_encoder("bert", tmp_path)
+
+    with pytest.raises(ValueError) as refusal:
+        SeedEncoderForPreTraining.from_bert(str(tmp_path), intermediate_size=48)
+
+    assert str(refusal.value).startswith(
+        f"{tmp_path}: 6 encoder weight(s) would start from random values instead of the checkpoint's: "
+        "bert.encoder.layer.0.intermediate.dense.bias ((64,) in the checkpoint, (48,) in the model); "
+    )

@@ -277,6 +277,21 @@ def test_decoder_target_defaults_to_the_input_with_masked_positions_restored(tin
     assert torch.equal(rebuilt.decoder_loss, explicit.decoder_loss)
 
 
+def test_decoder_rebuilds_the_unmasked_input_not_the_masked_one(tiny_config):
+    model = SeedEncoderForPreTraining(tiny_config()).eval()
+    batch = pretraining_batch()
+    assert not torch.equal(batch["input_ids"], batch["unmasked_input_ids"])
+
+    with torch.no_grad():
+        output = model(**batch)
+        cls_vectors, mask = output.pooler_output, batch["attention_mask"]
+        loss_on_unmasked = model.weak_decoder(cls_vectors, batch["unmasked_input_ids"], mask).loss
+        loss_on_masked = model.weak_decoder(cls_vectors, batch["input_ids"], mask).loss
+
+    torch.testing.assert_close(output.decoder_loss, loss_on_unmasked, rtol=0, atol=1e-6)
+    assert (output.decoder_loss - loss_on_masked).abs() > 1e-3
+
+
 def test_zero_lambda_builds_no_decoder_and_keeps_the_same_mlm_loss(tiny_config):
     full = SeedEncoderForPreTraining(tiny_config()).eval()
     baseline = SeedEncoderForPreTraining(tiny_config(decoder_loss_weight=0)).eval()

@@ -1,10 +1,17 @@
-"""The output folder of a run: resume what was interrupted and make the final model appear only once it is whole."""
+"""The output folder of a run: one run at a time, resume what was interrupted, and make the final model
+appear only once it is whole."""
 
 import json
+import os
 import shutil
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from accelerate.utils import broadcast_object_list
+from filelock import FileLock, Timeout
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from .errors import InputError
@@ -14,6 +21,8 @@ CHECKPOINT_COMPLETE_MARKER = "trainer_state.json"
 # The final model is moved into place with config.json last: a folder with config.json is whole.
 FINISHED_MARKER = "config.json"
 STAGING_DIR = ".final-model-incomplete"
+# Held by the run writing to the folder; it holds that run's process id and host. Not part of the folder's content.
+LOCK_FILE = ".run.lock"
 
 
 @dataclass
@@ -21,6 +30,70 @@ class ExistingRun:
     config: dict
     last_checkpoint: Path | None
     model_dir: Path  # the last whole checkpoint, else the finished model: where its tokenizer is
+
+
+@contextmanager
+def output_dir_lock(output_dir: str, is_main_process: bool) -> Iterator[None]:
+    """One run at a time in `output_dir`: an exclusive OS lock on a file in it, held for the block.
+
+    Every process of a run enters the block: the main process takes the lock for all of them, and
+    all of them learn whether it got it, so a second run stops on every rank with an `InputError`
+    naming the folder and the holder, before it writes anything. The operating system drops the
+    lock when its holder dies, even by `kill -9`, so a rerun that resumes the run is never blocked.
+    On leaving, the lock file is removed, and so are the folders this call created if the run left
+    nothing in them (bad input).
+    """
+    folder = Path(output_dir)
+    lock, refusal, created = None, None, []
+    if is_main_process:
+        created = [path for path in (folder, *folder.parents) if not path.exists()]
+        lock, refusal = _lock_or_refusal(folder)
+    [refusal] = broadcast_object_list([refusal])
+    if refusal is not None:
+        raise InputError(refusal)
+    try:
+        yield
+    finally:
+        if lock is not None:
+            # Unlinked while still held: a run waiting on this file finds it gone and locks a new one.
+            (folder / LOCK_FILE).unlink(missing_ok=True)
+            lock.release()
+            for path in created:
+                try:
+                    path.rmdir()
+                except OSError:  # the run wrote something: keep it
+                    break
+
+
+def _lock_or_refusal(folder: Path) -> tuple[FileLock | None, str | None]:
+    """The held lock on `folder`, or why there is none."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        return None, f"--output_dir {folder}: cannot create the folder ({error}). Choose a folder you can write to."
+    lock = FileLock(folder / LOCK_FILE, blocking=False, on_acquired=_write_holder)
+    try:
+        lock.acquire()
+    except Timeout:
+        try:
+            holder = (folder / LOCK_FILE).read_text(encoding="utf-8").strip()
+        except FileNotFoundError:  # the holder finished a moment ago
+            holder = ""
+        return None, (
+            f"--output_dir {folder}: another run ({holder or 'process id unknown'}) is writing to this folder, and "
+            "two runs in one folder would mix their checkpoints. Wait for that run to finish (rerun the same command "
+            "then to continue it), stop it, or choose another --output_dir."
+        )
+    return lock, None
+
+
+def _write_holder(lock_descriptor: int) -> None:
+    os.ftruncate(lock_descriptor, 0)
+    os.write(lock_descriptor, f"process {os.getpid()} on {socket.gethostname()}\n".encode())
+
+
+def _content(folder: Path) -> list[Path]:
+    return [path for path in folder.iterdir() if path.name != LOCK_FILE]
 
 
 def _checkpoints(output_dir: Path) -> list[Path]:
@@ -45,7 +118,7 @@ def find_existing_run(output_dir: str) -> ExistingRun | None:
     the last whole one.
     """
     folder = Path(output_dir)
-    if not folder.is_dir() or not any(folder.iterdir()):
+    if not folder.is_dir() or not _content(folder):
         return None
     shutil.rmtree(folder / STAGING_DIR, ignore_errors=True)
     last_checkpoint = last_complete_checkpoint(folder)
@@ -53,7 +126,7 @@ def find_existing_run(output_dir: str) -> ExistingRun | None:
     if last_checkpoint is not None:
         config_file = last_checkpoint / FINISHED_MARKER
     if not config_file.is_file():
-        leftovers = sorted(p.name for p in folder.iterdir())
+        leftovers = sorted(p.name for p in _content(folder))
         raise InputError(
             f"--output_dir {folder}: the folder is not empty ({', '.join(leftovers[:5])}"
             f"{', ...' if len(leftovers) > 5 else ''}) and holds no SEED pretraining run to continue. "
@@ -67,7 +140,7 @@ def find_existing_run(output_dir: str) -> ExistingRun | None:
 def clear_output_dir(output_dir: str) -> None:
     folder = Path(output_dir)
     if folder.is_dir():
-        for entry in folder.iterdir():
+        for entry in _content(folder):
             shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
 
 

@@ -19,8 +19,9 @@ class ModelArguments:
     model_name_or_path: str | None = field(
         default=None,
         metadata={
-            "help": "Local folder to start from: a SEED checkpoint (continued pretraining) or any BERT-family "
-            "checkpoint (warm start: its weights fill the encoder, and the MLM head when it has one; the decoder is new)."
+            "help": "Local folder to start from: a SEED checkpoint (continued pretraining) or a BERT checkpoint "
+            "(model_type 'bert'; warm start: its weights fill the encoder, and the MLM head when it has one; the decoder "
+            "is new). Other model types (RoBERTa, XLM-R, ELECTRA, CamemBERT) are refused."
         },
     )
     tokenizer_name: str | None = field(

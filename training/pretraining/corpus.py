@@ -6,6 +6,7 @@ Accepted inputs: plain text (one passage per line), JSON lines (`--text_column`;
 installation (CPython's pydoc topics) is used, so the default run needs no download.
 """
 
+import copy
 import json
 import re
 from collections.abc import Iterator
@@ -129,11 +130,6 @@ def _join_title(record: dict, text_column: str) -> dict:
     return {text_column: f"{title} {record[text_column]}".strip() if title else record[text_column]}
 
 
-def _only_column(dataset, text_column: str):
-    extra_columns = [name for name in (dataset.column_names or []) if name != text_column]
-    return dataset.remove_columns(extra_columns) if extra_columns else dataset
-
-
 def _load_files(kind: str, files: list[str], text_column: str, streaming: bool, cache_dir: str | None):
     """Files of one format as a dataset with the single column `text_column`."""
     loader_kwargs = {"sample_by": "line"} if kind == "text" else {}
@@ -142,9 +138,11 @@ def _load_files(kind: str, files: list[str], text_column: str, streaming: bool, 
     )
     if kind == "text" and text_column != "text":
         dataset = dataset.rename_column("text", text_column)
-    if BEIR_TITLE_COLUMN in (dataset.column_names or []) and text_column != BEIR_TITLE_COLUMN:
+    # A streamed JSON dataset knows its columns only once read (column_names is None): its records may have titles.
+    columns = dataset.column_names
+    if text_column != BEIR_TITLE_COLUMN and (columns is None or BEIR_TITLE_COLUMN in columns):
         dataset = dataset.map(_join_title, fn_kwargs={"text_column": text_column})
-    return _only_column(dataset, text_column)
+    return dataset.select_columns([text_column])
 
 
 def load_raw_corpus(
@@ -175,6 +173,7 @@ def load_raw_corpus(
                 f"--dataset_dir {dataset_dir}: no {text_column!r} column (it has: {', '.join(dataset.column_names)}). "
                 "Pass --text_column with the column that holds the text."
             )
+        dataset = dataset.select_columns([text_column])
         if streaming:
             dataset = dataset.to_iterable_dataset()
     elif train_files:
@@ -191,7 +190,6 @@ def load_raw_corpus(
         if streaming:
             dataset = dataset.to_iterable_dataset()
 
-    dataset = _only_column(dataset, text_column)
     dataset = dataset.filter(lambda record: bool(record[text_column] and record[text_column].strip()))
     if not streaming and len(dataset) == 0:
         raise InputError(
@@ -213,9 +211,12 @@ def tokenize_corpus(
 
     Whole-word masking finds word boundaries from offsets, so those are kept when it is on.
     """
+    # Tokenizing with truncation sets it on the tokenizer's backend, and the saved tokenizer.json would then
+    # depend on whether datasets' cache spared the work: a copy tokenizes, and `tokenizer` stays as it was.
+    tokenizing = copy.deepcopy(tokenizer)
 
     def tokenize(batch):
-        return tokenizer(
+        return tokenizing(
             batch[text_column],
             truncation=True,
             max_length=max_seq_length,

@@ -7,9 +7,10 @@ from pathlib import Path
 
 from huggingface_hub import ModelCard, ModelCardData
 
+from ..common.model_cards import model_card_template
 from .trainer import LOSS_TERMS
 
-TEMPLATE = Path(__file__).resolve().parents[2] / "model_cards" / "seed_encoder.md"
+TEMPLATE = "seed_encoder.md"
 LOSS_PLOT = "loss_curves.png"
 
 
@@ -73,7 +74,7 @@ def render_model_card(
     precision = "bf16 autocast" if training_args.bf16 else ("fp16" if training_args.fp16 else None)
     return ModelCard.from_template(
         card_data,
-        template_path=str(TEMPLATE),
+        template_str=model_card_template(TEMPLATE),
         model_name=repo_id,
         repo_id=repo_id,
         base_model=base_model,

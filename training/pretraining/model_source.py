@@ -1,6 +1,6 @@
 """Where a pretraining run's weights and shape come from: a preset or config (new model), a SEED
-checkpoint (continued pretraining) or a BERT-family checkpoint (warm start), plus the checks that
-the model, the data and the tokenizer fit together."""
+checkpoint (continued pretraining) or a BERT checkpoint (warm start), plus the checks that the
+model, the data and the tokenizer fit together."""
 
 import json
 from dataclasses import dataclass
@@ -14,8 +14,6 @@ from ..common.errors import InputError
 from ..common.output_dir import ExistingRun
 from .arguments import DataArguments, ModelArguments
 from .presets import PRESETS
-
-BERT_FAMILY = {"bert", "roberta", "xlm-roberta", "electra", "camembert"}
 
 # Fields that define the model's shape: a run may only continue into a folder that agrees on them.
 ARCHITECTURE_FIELDS = (
@@ -87,14 +85,13 @@ def resolve_model_source(model_args: ModelArguments) -> ModelSource:
             base = AutoConfig.from_pretrained(path).to_dict()
         except (OSError, ValueError) as error:
             raise InputError(f"--model_name_or_path {path}: cannot read its config.json ({error}).") from None
-        model_type = base.get("model_type")
-        if model_type not in BERT_FAMILY | {SeedEncoderConfig.model_type}:
-            raise InputError(
-                f"--model_name_or_path {path}: model_type {model_type!r} is neither a SEED checkpoint nor a BERT-family "
-                f"encoder ({', '.join(sorted(BERT_FAMILY))}) to warm-start from."
-            )
-        kind = "seed" if model_type == SeedEncoderConfig.model_type else "bert"
-        return ModelSource(kind=kind, config=_config(base, overrides), path=path, overrides=overrides)
+        if base.get("model_type") == SeedEncoderConfig.model_type:
+            return ModelSource(kind="seed", config=_config(base, overrides), path=path, overrides=overrides)
+        try:
+            config = SeedEncoderConfig.from_bert_config(base, **overrides)
+        except (ValueError, TypeError) as error:
+            raise InputError(f"--model_name_or_path {path}: {error}") from None
+        return ModelSource(kind="bert", config=config, path=path, overrides=overrides)
 
     name = model_args.config_name or "seed-tiny"
     if name in PRESETS:

@@ -3,7 +3,6 @@
 import logging
 from pathlib import Path
 
-from accelerate.utils import broadcast_object_list
 from datasets import IterableDataset
 from transformers import set_seed
 
@@ -11,12 +10,18 @@ import modeling_seed  # noqa: F401  (registers SEED with the Auto classes in eve
 from modeling_seed import DataCollatorForSeedPretraining, SeedEncoderForPreTraining
 
 from ..common.errors import InputError
-from ..common.output_dir import clear_output_dir, find_existing_run, publish_final_model, staging_dir
+from ..common.output_dir import (
+    clear_output_dir,
+    find_existing_run,
+    output_dir_lock,
+    publish_final_model,
+    staging_dir,
+)
 from .arguments import DataArguments, ModelArguments, SeedPretrainingArguments
 from .corpus import load_raw_corpus, tokenize_corpus
 from .model_card import LOSS_PLOT, plot_loss_curves, render_model_card
 from .model_source import check_lengths, check_same_model, check_vocabulary, resolve_model_source
-from .tokenizer import load_tokenizer, train_wordpiece_tokenizer, wordpiece_tokenizer_from_json
+from .tokenizer import load_tokenizer, train_wordpiece_tokenizer
 from .trainer import SeedPretrainingTrainer
 
 logger = logging.getLogger(__name__)
@@ -28,18 +33,6 @@ def _describe_data(data_args: DataArguments) -> str:
     if data_args.train_file:
         return ", ".join(f"`{Path(name).name}`" for name in data_args.train_file)
     return "CPython's bundled reference documentation (`pydoc_data.topics`), the no-download default corpus"
-
-
-def shared_trained_tokenizer(raw_corpus, text_column: str, vocab_size: int, model_max_length: int, training_args):
-    """A WordPiece tokenizer trained on the corpus by the main process and sent to every other rank."""
-    serialized = [None]
-    if training_args.process_index == 0:
-        logger.info("Training a %d-token WordPiece tokenizer on the corpus", vocab_size)
-        texts = (record[text_column] for record in raw_corpus)
-        serialized[0] = train_wordpiece_tokenizer(texts, vocab_size, model_max_length).backend_tokenizer.to_str()
-    if training_args.world_size > 1:
-        broadcast_object_list(serialized, from_process=0)
-    return wordpiece_tokenizer_from_json(serialized[0], model_max_length)
 
 
 def push_final_model(training_args: SeedPretrainingArguments) -> None:
@@ -62,13 +55,20 @@ def run_pretraining(
 ) -> Path:
     """Pre-train a SEED-Encoder and write it to `training_args.output_dir`; returns that folder.
 
-    Every input is checked before anything is written, a run interrupted at any point resumes from
-    its last whole checkpoint, and the final model appears in the folder only once it is complete.
+    Only one run at a time writes to the folder, every input is checked before anything is
+    written, a run interrupted at any point resumes from its last whole checkpoint, and the final
+    model appears in the folder only once it is complete.
     """
     logging.basicConfig(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         level=logging.INFO if training_args.should_log else logging.WARNING,
     )
+    with output_dir_lock(training_args.output_dir, is_main_process=training_args.process_index == 0):
+        _pretrain(model_args, data_args, training_args)
+    return Path(training_args.output_dir)
+
+
+def _pretrain(model_args: ModelArguments, data_args: DataArguments, training_args: SeedPretrainingArguments) -> None:
     streaming = data_args.streaming
     validation_percentage = data_args.validation_split_percentage
     if validation_percentage is None:
@@ -107,10 +107,11 @@ def run_pretraining(
         tokenizer = load_tokenizer(source.path, "--model_name_or_path")
         tokenizer_source = f"--model_name_or_path {source.path}"
     else:
-        tokenizer = shared_trained_tokenizer(
-            raw_corpus, data_args.text_column, model_args.tokenizer_vocab_size or config.vocab_size,
-            config.max_position_embeddings, training_args,
-        )
+        vocab_size = model_args.tokenizer_vocab_size or config.vocab_size
+        logger.info("Training a %d-token WordPiece tokenizer on the corpus", vocab_size)
+        # Every process trains the same tokenizer: training is deterministic.
+        texts = (record[data_args.text_column] for record in raw_corpus)
+        tokenizer = train_wordpiece_tokenizer(texts, vocab_size, config.max_position_embeddings)
         tokenizer_source = "the trained WordPiece tokenizer"
         source.vocab_follows_tokenizer = "vocab_size" not in source.overrides
     if source.vocab_follows_tokenizer:
@@ -123,17 +124,20 @@ def run_pretraining(
     if resume_from is None and existing is not None and existing.last_checkpoint is not None:
         resume_from = str(existing.last_checkpoint)
         logger.warning("Resuming from %s (pass --overwrite_output_dir to start over)", resume_from)
-    if training_args.overwrite_output_dir:
-        with training_args.main_process_first(desc="clearing --output_dir"):
-            if training_args.process_index == 0:
-                clear_output_dir(training_args.output_dir)
 
     set_seed(training_args.seed)
     if source.path is None:
         model = SeedEncoderForPreTraining(config)
     else:
-        # A BERT checkpoint shares the encoder's (and MLM head's) parameter names: a warm start is a plain load.
-        model = SeedEncoderForPreTraining.from_pretrained(source.path, config=config)
+        try:
+            model = SeedEncoderForPreTraining.from_encoder_checkpoint(source.path, config)
+        except ValueError as error:
+            raise InputError(f"--model_name_or_path {error}") from None
+
+    if training_args.overwrite_output_dir:
+        with training_args.main_process_first(desc="clearing --output_dir"):
+            if training_args.process_index == 0:
+                clear_output_dir(training_args.output_dir)
 
     with training_args.main_process_first(desc="tokenizing the corpus"):
         if not streaming and validation_percentage > 0:
@@ -199,4 +203,3 @@ def run_pretraining(
         if training_args.push_to_hub:
             push_final_model(training_args)
     trainer.accelerator.wait_for_everyone()
-    return Path(training_args.output_dir)

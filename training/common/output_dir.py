@@ -92,7 +92,8 @@ def _write_holder(lock_descriptor: int) -> None:
     os.write(lock_descriptor, f"process {os.getpid()} on {socket.gethostname()}\n".encode())
 
 
-def _content(folder: Path) -> list[Path]:
+def folder_content(folder: Path) -> list[Path]:
+    """What the folder holds, its lock file aside."""
     return [path for path in folder.iterdir() if path.name != LOCK_FILE]
 
 
@@ -118,7 +119,7 @@ def find_existing_run(output_dir: str) -> ExistingRun | None:
     the last whole one.
     """
     folder = Path(output_dir)
-    if not folder.is_dir() or not _content(folder):
+    if not folder.is_dir() or not folder_content(folder):
         return None
     shutil.rmtree(folder / STAGING_DIR, ignore_errors=True)
     last_checkpoint = last_complete_checkpoint(folder)
@@ -126,7 +127,7 @@ def find_existing_run(output_dir: str) -> ExistingRun | None:
     if last_checkpoint is not None:
         config_file = last_checkpoint / FINISHED_MARKER
     if not config_file.is_file():
-        leftovers = sorted(p.name for p in _content(folder))
+        leftovers = sorted(p.name for p in folder_content(folder))
         raise InputError(
             f"--output_dir {folder}: the folder is not empty ({', '.join(leftovers[:5])}"
             f"{', ...' if len(leftovers) > 5 else ''}) and holds no SEED pretraining run to continue. "
@@ -140,7 +141,7 @@ def find_existing_run(output_dir: str) -> ExistingRun | None:
 def clear_output_dir(output_dir: str) -> None:
     folder = Path(output_dir)
     if folder.is_dir():
-        for entry in _content(folder):
+        for entry in folder_content(folder):
             shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from jinja2 import Template
 
-from ..common.templates import read_template
+from ..common.model_cards import model_card_template
 from .rounds import RoundPlan
 
 TEMPLATE = "finetuned_retriever.md"
@@ -93,7 +93,7 @@ def write_model_card(
     ]
     if test_metrics is not None:
         rows.append({"model": "final", "split": data_args.eval_split, "metrics": _unprefixed(test_metrics, data_args.eval_split)})
-    section = Template(read_template(TEMPLATE)).render(
+    section = Template(model_card_template(TEMPLATE)).render(
         model_class=model_class,
         model_description=model_description,
         start={"path": model_args.model_name_or_path, "kind": starting_kind,

@@ -45,18 +45,18 @@ class SparseRetriever(Retriever):
         self.batch_size = batch_size
         self.show_progress_bar = show_progress_bar
         self.settings = {"max_seq_length": model.max_seq_length}
-        self._documents: sparse.csr_matrix | None = None  # document x term
+        self.documents: sparse.csr_matrix | None = None  # the encoded corpus, document x term
         self._postings: sparse.csr_matrix | None = None  # term x document: the inverted index
         self._queries: sparse.csr_matrix | None = None  # of the last search
 
     def _build_index(self, corpus: dict[str, str]) -> None:
-        self._documents = to_csr(
+        self.documents = to_csr(
             self.model.encode_document(
                 list(corpus.values()), batch_size=self.batch_size, show_progress_bar=self.show_progress_bar,
                 convert_to_tensor=True, convert_to_sparse_tensor=True, save_to_cpu=True,
             )
         )
-        self._postings = self._documents.T.tocsr()
+        self._postings = self.documents.T.tocsr()
 
     def _search(self, queries: dict[str, str], top_k: int) -> Run:
         self._queries = to_csr(
@@ -65,25 +65,28 @@ class SparseRetriever(Retriever):
                 convert_to_tensor=True, convert_to_sparse_tensor=True, save_to_cpu=True,
             )
         )
+        indices, scores = self.top_k(self._queries, top_k)
+        return run_from_top_k(list(queries), self.document_ids, indices, scores, positive_only=True)
+
+    def top_k(self, queries: sparse.csr_matrix, top_k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per query vector (a CSR row), the rows of the `top_k` best documents and their scores, best first."""
         block = max(1, SCORE_BLOCK_VALUES // len(self.document_ids))
         indices, scores = [], []
-        starts = range(0, self._queries.shape[0], block)
+        starts = range(0, queries.shape[0], block)
         for start in tqdm(starts, desc="Searching", unit="block", disable=not self.show_progress_bar):
-            block_scores = (self._queries[start : start + block] @ self._postings).toarray()
+            block_scores = (queries[start : start + block] @ self._postings).toarray()
             block_indices, block_top = top_k_rows(block_scores, top_k)
             indices.append(block_indices)
             scores.append(block_top)
-        return run_from_top_k(
-            list(queries), self.document_ids, np.concatenate(indices), np.concatenate(scores), positive_only=True
-        )
+        return np.concatenate(indices), np.concatenate(scores)
 
     def stats(self) -> dict[str, float]:
         stats = super().stats()
-        if self._documents is not None:
-            stats["document_active_dims"] = float(self._documents.getnnz(axis=1).mean())
-        if self._queries is not None and self._documents is not None:
+        if self.documents is not None:
+            stats["document_active_dims"] = float(self.documents.getnnz(axis=1).mean())
+        if self._queries is not None and self.documents is not None:
             stats["query_active_dims"] = float(self._queries.getnnz(axis=1).mean())
             query_share = self._queries.getnnz(axis=0) / self._queries.shape[0]
-            document_share = self._documents.getnnz(axis=0) / self._documents.shape[0]
+            document_share = self.documents.getnnz(axis=0) / self.documents.shape[0]
             stats["flops"] = float(query_share @ document_share)
         return stats

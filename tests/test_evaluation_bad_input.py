@@ -7,8 +7,10 @@ traceback is printed and nothing is written: neither --output_json nor --save_ru
 import shutil
 
 import pytest
+from transformers import AutoModel, AutoTokenizer
 
 from evaluation_helpers import evaluate, run_script, write_collection
+import modeling_seed  # noqa: F401  (registers SEED with the Auto classes)
 from training.common.models import load_sparse_encoder
 
 CORPUS = [{"_id": "a", "title": "Aspirin", "text": "lowers fever."}, {"_id": "b", "text": "Ibuprofen too."}]
@@ -148,6 +150,16 @@ def test_sparse_search_of_a_model_without_mlm_head(collection, outputs, tmp_path
 
     assert message.startswith(f"error: {minilm_dir}: a dense SentenceTransformer model without a masked-LM head")
     assert "asked for sparse retrieval" in message
+
+
+def test_sparse_search_of_an_encoder_saved_without_its_mlm_head(collection, outputs, tmp_path, capsys, tiny_seed_dir):
+    encoder_only = tmp_path / "encoder-only"
+    AutoModel.from_pretrained(tiny_seed_dir).save_pretrained(encoder_only)
+    AutoTokenizer.from_pretrained(tiny_seed_dir).save_pretrained(encoder_only)
+
+    message = error_of(capsys, [f"sparse:{encoder_only}", "--data_dir", collection, *outputs], tmp_path)
+
+    assert message.startswith(f"error: {encoder_only}: a checkpoint without a masked-LM head (no config.json")
 
 
 def test_dense_search_of_a_sparse_encoder(collection, outputs, tmp_path, capsys, tiny_seed_dir):

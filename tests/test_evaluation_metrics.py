@@ -80,3 +80,12 @@ def test_a_query_the_run_leaves_out_scores_zero(collection):
     metrics = compute_metrics(collection.qrels, without_q1, ["mrr@10"])
 
     assert metrics == {"mrr@10": pytest.approx((0 + 0 + 1) / 3)}
+
+
+def test_equal_scores_are_ranked_by_document_id_in_reverse_as_trec_eval_does(collection):
+    tied = {"q1": {"d2": 1.0, "d9": 1.0}, "q2": {"d4": 1.0, "d0": 1.0}, "q3": {"d5": 0.5}}
+
+    metrics = compute_metrics(collection.qrels, tied, ["mrr@10"])
+
+    # q1: d9 before d2, so its relevant document is second; q2: d4 before d0, first; q3: first.
+    assert metrics == {"mrr@10": pytest.approx((1 / 2 + 1 + 1) / 3)}

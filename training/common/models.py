@@ -88,9 +88,9 @@ def _loading(path: str, build):
     """Run `build()`, turning the loaders' errors about the folder into an InputError naming it."""
     try:
         return build()
+    except InputError:
+        raise
     except (OSError, ValueError, SafetensorError) as error:
-        if isinstance(error, InputError):
-            raise
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise InputError(f"{path}: the model in this folder cannot be loaded ({message}).") from None
 

@@ -46,7 +46,12 @@ class DenseRetriever(Retriever):
         self.corpus_from_cache = False
         self._index: faiss.IndexFlatIP | None = None
 
+    def _embeddings(self, encode, texts: list[str]) -> np.ndarray:
+        """`encode` (the model's encode_document or encode_query) of `texts`, as the model outputs them."""
+        return encode(texts, batch_size=self.batch_size, show_progress_bar=self.show_progress_bar, convert_to_numpy=True)
+
     def _vectors(self, embeddings: np.ndarray) -> np.ndarray:
+        """The vectors searched by inner product: L2-normalised for a cosine model."""
         vectors = np.ascontiguousarray(embeddings, dtype=np.float32)
         if self.model.similarity_fn_name == "cosine":
             faiss.normalize_L2(vectors)
@@ -67,10 +72,7 @@ class DenseRetriever(Retriever):
         self.corpus_from_cache = cached is not None
         if cached is not None:
             return cached
-        embeddings = self.model.encode_document(
-            list(corpus.values()), batch_size=self.batch_size, show_progress_bar=self.show_progress_bar,
-            convert_to_numpy=True,
-        )
+        embeddings = self._embeddings(self.model.encode_document, list(corpus.values()))
         if path is not None:
             save_embeddings(path, embeddings)
         return embeddings
@@ -81,12 +83,7 @@ class DenseRetriever(Retriever):
         self._index.add(vectors)
 
     def _search(self, queries: dict[str, str], top_k: int) -> Run:
-        vectors = self._vectors(
-            self.model.encode_query(
-                list(queries.values()), batch_size=self.batch_size, show_progress_bar=self.show_progress_bar,
-                convert_to_numpy=True,
-            )
-        )
+        vectors = self._vectors(self._embeddings(self.model.encode_query, list(queries.values())))
         scores, indices = [], []
         starts = range(0, len(vectors), SEARCH_CHUNK)
         for start in tqdm(starts, desc="Searching", unit="chunk", disable=not self.show_progress_bar):

@@ -4,6 +4,7 @@ import warnings
 
 from ranx import Qrels, Run as RanxRun, fuse, optimize_fusion
 
+from ..metrics import trec_order
 from .base import Retriever, Run
 
 # Our fusion names -> ranx's method and score normalisation.
@@ -47,9 +48,7 @@ class HybridRetriever(Retriever):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # numba type-safety warnings from ranx (harmless)
             fused = fuse(self._member_runs(queries, top_k), norm=norm, method=method, params=self.params).to_dict()
-        return {
-            query_id: dict(sorted(scores.items(), key=lambda item: -item[1])[:top_k]) for query_id, scores in fused.items()
-        }
+        return {query_id: dict(trec_order(scores)[:top_k]) for query_id, scores in fused.items()}
 
     def tune(self, queries: dict[str, str], qrels: dict[str, dict[str, int]], top_k: int, split: str, metric: str = "ndcg@10") -> None:
         """Choose k (rrf) or the weights (score_sum) that maximise `metric` on `queries`/`qrels` of another split."""

@@ -49,22 +49,21 @@ class SparseRetriever(Retriever):
         self._postings: sparse.csr_matrix | None = None  # term x document: the inverted index
         self._queries: sparse.csr_matrix | None = None  # of the last search
 
-    def _build_index(self, corpus: dict[str, str]) -> None:
-        self.documents = to_csr(
-            self.model.encode_document(
-                list(corpus.values()), batch_size=self.batch_size, show_progress_bar=self.show_progress_bar,
+    def _vectors(self, encode, texts: list[str]) -> sparse.csr_matrix:
+        """`encode` (the model's encode_document or encode_query) of `texts`, one CSR row each."""
+        return to_csr(
+            encode(
+                texts, batch_size=self.batch_size, show_progress_bar=self.show_progress_bar,
                 convert_to_tensor=True, convert_to_sparse_tensor=True, save_to_cpu=True,
             )
         )
+
+    def _build_index(self, corpus: dict[str, str]) -> None:
+        self.documents = self._vectors(self.model.encode_document, list(corpus.values()))
         self._postings = self.documents.T.tocsr()
 
     def _search(self, queries: dict[str, str], top_k: int) -> Run:
-        self._queries = to_csr(
-            self.model.encode_query(
-                list(queries.values()), batch_size=self.batch_size, show_progress_bar=self.show_progress_bar,
-                convert_to_tensor=True, convert_to_sparse_tensor=True, save_to_cpu=True,
-            )
-        )
+        self._queries = self._vectors(self.model.encode_query, list(queries.values()))
         indices, scores = self.top_k(self._queries, top_k)
         return run_from_top_k(list(queries), self.document_ids, indices, scores, positive_only=True)
 

@@ -25,6 +25,12 @@ setup(
             "matplotlib>=3.7",
             "pyyaml>=6.0",
             "filelock>=4.0",
+            # retrieval evaluation (ranx compiles its metrics with numba on first use, ~25-50 s once)
+            "bm25s>=0.2",
+            "PyStemmer>=2.2",
+            "ranx>=0.3.20",
+            "faiss-cpu>=1.8",
+            "scipy>=1.10",
         ],
         "tests": [
             "pytest>=8",

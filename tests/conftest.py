@@ -130,3 +130,28 @@ def pretrain_lines(shared_data_dir):
         return mixed[:n]
 
     return read
+
+
+@pytest.fixture(scope="session")
+def scifact_slice(shared_data_dir, tmp_path_factory) -> Path:
+    """A small BEIR folder cut from SciFact: the first 30 test and 30 train queries by id, every document they
+    judge and the first 150 other documents by id."""
+    from evaluation_helpers import cut_scifact
+
+    folder = tmp_path_factory.mktemp("scifact-slice")
+    return cut_scifact(shared_data_dir / "scifact", folder, {"test": 30, "train": 30}, other_documents=150)
+
+
+@pytest.fixture(scope="session")
+def tiny_seed_dir(scifact_slice, tmp_path_factory) -> Path:
+    """A SEED pretraining folder from a 2-step run of the pretraining pipeline on the slice's abstracts (2 layers,
+    hidden 64, a 1,000-word WordPiece vocabulary trained on them): a tiny model with an MLM head."""
+    from pretrain_helpers import TINY_RUN, pretrain
+
+    out = tmp_path_factory.mktemp("tiny-seed") / "seed"
+    status = pretrain([
+        "--train_file", scifact_slice / "corpus.jsonl", "--output_dir", out, *TINY_RUN,
+        "--tokenizer_vocab_size", "1000", "--max_steps", "2", "--save_strategy", "no",
+    ])
+    assert status == 0
+    return out

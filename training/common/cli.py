@@ -1,11 +1,24 @@
 """What the command-line scripts share: one way to read arguments and one way to report bad input."""
 
+import dataclasses
 import sys
 from collections.abc import Callable
 
 from transformers import HfArgumentParser
 
 from .errors import InputError
+
+
+class ArgumentParser(HfArgumentParser):
+    """`HfArgumentParser` that also takes positional arguments: a list field whose metadata has
+    `positional=True` is filled from the words before the flags (`script.py a b --flag x`)."""
+
+    @staticmethod
+    def _parse_dataclass_field(parser, field: dataclasses.Field) -> None:
+        if field.metadata.get("positional"):
+            parser.add_argument(field.name, nargs="+", metavar=field.metadata.get("metavar"), help=field.metadata["help"])
+        else:
+            HfArgumentParser._parse_dataclass_field(parser, field)
 
 
 def parse_arguments(parser: HfArgumentParser, argv: list[str]) -> tuple:
@@ -16,10 +29,10 @@ def parse_arguments(parser: HfArgumentParser, argv: list[str]) -> tuple:
         if len(argv) == 1 and argv[0].endswith((".yaml", ".yml")):
             return parser.parse_yaml_file(argv[0])
         return parser.parse_args_into_dataclasses(args=argv)
-    except InputError:  # our own argument checks, already worded for the user
+    except InputError:  # our own checks in the dataclasses' __post_init__ already say what to do
         raise
     except ValueError as error:  # TrainingArguments' own checks, e.g. --bf16 on a CPU without --use_cpu
-        raise InputError(f"Invalid training arguments: {error}") from None
+        raise InputError(f"Invalid arguments: {error}") from None
 
 
 def exit_status(run: Callable[[], str]) -> int:

@@ -1,0 +1,172 @@
+"""Each retriever returns exactly what brute force gives, on a slice of SciFact with a tiny SEED model.
+
+Dense: cosine top k equals numpy over all document vectors. Sparse: top k equals the dense product of the SPLADE
+vectors (without ever building it), and its statistics are those of the vectors. Hybrid: reciprocal rank fusion
+and normalised score sums follow their formulas over the members' runs.
+"""
+
+import numpy as np
+import pytest
+
+from training.common.models import load_sentence_transformer, load_sparse_encoder
+from training.evaluation.collection import load_collection
+from training.evaluation.retrievers import BM25Retriever, DenseRetriever, HybridRetriever, SparseRetriever
+
+TOP_K = 20
+
+
+@pytest.fixture(scope="module")
+def collection(scifact_slice):
+    return load_collection(str(scifact_slice), "test")
+
+
+@pytest.fixture(scope="module")
+def dense_model(tiny_seed_dir):
+    return load_sentence_transformer(str(tiny_seed_dir))
+
+
+@pytest.fixture(scope="module")
+def sparse_model(tiny_seed_dir):
+    return load_sparse_encoder(str(tiny_seed_dir))
+
+
+def assert_top_k(returned: dict[str, float], expected: dict[str, float], top_k: int):
+    """`returned` holds documents with their `expected` scores, and those are the `top_k` highest (up to ties)."""
+    best = sorted(expected.values(), reverse=True)[:top_k]
+    assert sorted(returned.values(), reverse=True) == pytest.approx(best, rel=1e-4, abs=1e-5)
+    assert returned == pytest.approx({document_id: expected[document_id] for document_id in returned}, rel=1e-4, abs=1e-5)
+
+
+def assert_exact_top_k(run: dict, collection, scores: np.ndarray, top_k: int, positive_only: bool = False):
+    """`run` is, per query, the `top_k` documents by brute-force `scores` (query x document); with
+    `positive_only`, only those scoring above 0."""
+    assert list(run) == list(collection.queries)
+    for query_id, row in zip(run, scores):
+        expected = {doc: float(score) for doc, score in zip(collection.corpus, row) if score > 0 or not positive_only}
+        assert_top_k(run[query_id], expected, top_k)
+
+
+def counting_encode_document(model, monkeypatch) -> list:
+    """Texts passed to the real model's encode_document from now on."""
+    seen, encode_document = [], model.encode_document
+
+    def counting(texts, **kwargs):
+        seen.extend(texts)
+        return encode_document(texts, **kwargs)
+
+    monkeypatch.setattr(model, "encode_document", counting)
+    return seen
+
+
+def test_dense_search_is_exact_cosine_top_k(dense_model, collection):
+    retriever = DenseRetriever(dense_model, "tiny", show_progress_bar=False)
+    retriever.index(collection.corpus)
+
+    run = retriever.search(collection.queries, TOP_K)
+
+    documents = dense_model.encode(list(collection.corpus.values()), normalize_embeddings=True)
+    queries = dense_model.encode(list(collection.queries.values()), normalize_embeddings=True)
+    assert dense_model.similarity_fn_name == "cosine"
+    assert_exact_top_k(run, collection, queries @ documents.T, TOP_K)
+
+
+def test_sparse_search_equals_the_dense_product_of_splade_vectors(sparse_model, collection):
+    retriever = SparseRetriever(sparse_model, "tiny-splade", show_progress_bar=False)
+    retriever.index(collection.corpus)
+
+    run = retriever.search(collection.queries, TOP_K)
+
+    documents = sparse_model.encode(list(collection.corpus.values()), convert_to_sparse_tensor=False).numpy()
+    queries = sparse_model.encode(list(collection.queries.values()), convert_to_sparse_tensor=False).numpy()
+    assert_exact_top_k(run, collection, queries @ documents.T, TOP_K, positive_only=True)
+
+
+def test_sparse_statistics_are_active_dimensions_and_splade_flops(sparse_model, collection):
+    retriever = SparseRetriever(sparse_model, "tiny-splade", show_progress_bar=False)
+    retriever.index(collection.corpus)
+    retriever.search(collection.queries, TOP_K)
+
+    stats = retriever.stats()
+
+    documents = sparse_model.encode(list(collection.corpus.values()), convert_to_sparse_tensor=False).numpy() > 0
+    queries = sparse_model.encode(list(collection.queries.values()), convert_to_sparse_tensor=False).numpy() > 0
+    assert stats["document_active_dims"] == pytest.approx(documents.sum(axis=1).mean())
+    assert stats["query_active_dims"] == pytest.approx(queries.sum(axis=1).mean())
+    # FLOPS (Formal et al.): the expected number of multiplications per query-document pair.
+    pairs_multiplied = (queries.astype(float) @ documents.T.astype(float)).mean()
+    assert stats["flops"] == pytest.approx(pairs_multiplied)
+
+
+def test_rrf_scores_each_document_by_the_sum_of_its_reciprocal_ranks(collection):
+    # Two BM25 variants: their scores have no ties on this slice, so every document's rank is well defined
+    # (the tiny model's cosines are near-equal, and tied ranks may fall either way).
+    members = [
+        BM25Retriever(show_progress_bar=False),
+        BM25Retriever(k1=0.9, b=0.4, method="robertson", stemmer="english", name="bm25-stemmed", show_progress_bar=False),
+    ]
+    hybrid = HybridRetriever(members)
+    hybrid.index(collection.corpus)
+
+    run = hybrid.search(collection.queries, TOP_K)
+
+    member_runs = [member.search(collection.queries, TOP_K) for member in members]
+    for query_id in collection.queries:
+        expected = {}
+        for member_run in member_runs:
+            ranked = sorted(member_run[query_id], key=lambda doc: -member_run[query_id][doc])
+            for rank, document_id in enumerate(ranked, start=1):
+                expected[document_id] = expected.get(document_id, 0.0) + 1 / (60 + rank)
+        assert_top_k(run[query_id], expected, TOP_K)
+
+
+def test_score_sum_adds_min_max_normalised_scores_with_the_weights(dense_model, collection):
+    members = [BM25Retriever(show_progress_bar=False), DenseRetriever(dense_model, "tiny", show_progress_bar=False)]
+    hybrid = HybridRetriever(members, method="score_sum", weights=[0.3, 0.7])
+    hybrid.index(collection.corpus)
+
+    run = hybrid.search(collection.queries, TOP_K)
+
+    member_runs = [member.search(collection.queries, TOP_K) for member in members]
+    query_id = next(iter(collection.queries))
+    expected = {}
+    for weight, member_run in zip([0.3, 0.7], member_runs):
+        scores = member_run[query_id]
+        low, high = min(scores.values()), max(scores.values())
+        for document_id, score in scores.items():
+            expected[document_id] = expected.get(document_id, 0.0) + weight * (score - low) / (high - low)
+    assert_top_k(run[query_id], expected, TOP_K)
+
+
+def test_bm25_leaves_out_documents_sharing_no_word_with_the_query(collection):
+    retriever = BM25Retriever(show_progress_bar=False)
+    retriever.index(collection.corpus)
+
+    run = retriever.search({"nonsense": "zzzqx vvvpw", "one-word": "hypothalamus"}, TOP_K)
+
+    assert run["nonsense"] == {}
+    assert run["one-word"] and all("hypothalamus" in collection.corpus[doc].lower() for doc in run["one-word"])
+
+
+def test_indexing_the_same_corpus_again_encodes_nothing(dense_model, collection, monkeypatch):
+    retriever = DenseRetriever(dense_model, "tiny", show_progress_bar=False)
+    retriever.index(collection.corpus)
+    encoded = counting_encode_document(dense_model, monkeypatch)
+
+    retriever.index(dict(collection.corpus))
+    assert encoded == []
+    smaller = dict(list(collection.corpus.items())[:10])
+    retriever.index(smaller)
+    assert encoded == list(smaller.values())
+
+
+def test_embedding_cache_is_keyed_by_pooling_and_length_as_well_as_the_weights(tiny_seed_dir, collection, tmp_path, monkeypatch):
+    def evaluate_with_cache(model) -> list:
+        encoded = counting_encode_document(model, monkeypatch)
+        retriever = DenseRetriever(model, "tiny", cache_dir=str(tmp_path), cache_key="weights-1", show_progress_bar=False)
+        retriever.index(collection.corpus)
+        return encoded
+
+    assert len(evaluate_with_cache(load_sentence_transformer(str(tiny_seed_dir)))) == len(collection.corpus)
+    assert evaluate_with_cache(load_sentence_transformer(str(tiny_seed_dir))) == []
+    assert evaluate_with_cache(load_sentence_transformer(str(tiny_seed_dir), pooling="mean")) != []
+    assert evaluate_with_cache(load_sentence_transformer(str(tiny_seed_dir), max_seq_length=32)) != []

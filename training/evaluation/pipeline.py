@@ -1,0 +1,85 @@
+"""The work behind `training/evaluate.py`: read the collection, build the retrievers the specs name, evaluate each
+and report. Every input is checked (collection, models) before any encoding starts or any file is written."""
+
+import logging
+from pathlib import Path
+
+from ..common.errors import InputError
+from ..common.models import load_sentence_transformer, load_sparse_encoder, model_kind
+from .arguments import EvaluationArguments
+from .collection import load_collection
+from .embedding_cache import folder_fingerprint
+from .evaluate import evaluate_retriever
+from .report import markdown_table, write_json, write_trec_runs
+from .retrievers import BM25Retriever, DenseRetriever, HybridRetriever, Retriever, SparseRetriever
+
+logger = logging.getLogger(__name__)
+
+SPEC_FORMS = "'bm25', a model folder, 'dense:PATH', 'sparse:PATH' or 'hybrid:A+B[+C]'"
+
+
+def _new_retriever(spec: str, options: EvaluationArguments, built: dict[str, Retriever]) -> Retriever:
+    if spec == "bm25":
+        return BM25Retriever(
+            k1=options.bm25_k1, b=options.bm25_b, method=options.bm25_method,
+            stopwords=options.bm25_stopwords, stemmer=options.bm25_stemmer, name=spec,
+        )
+    if spec.startswith("hybrid:"):
+        members = spec[len("hybrid:"):].split("+")
+        if len(members) < 2 or any(not member or member.startswith("hybrid:") for member in members):
+            raise InputError(
+                f"retriever {spec!r}: a hybrid lists two or more retrievers joined by '+' (e.g. hybrid:bm25+PATH), "
+                "none of them a hybrid itself."
+            )
+        return HybridRetriever([build_retriever(m, options, built) for m in members], method=options.fusion, name=spec)
+    form, path = spec.split(":", 1) if spec.startswith(("dense:", "sparse:")) else ("", spec)
+    if not Path(path).is_dir():
+        raise InputError(f"retriever {spec!r}: {path} is not a folder. Each retriever is {SPEC_FORMS}.")
+    if form == "sparse" or (form == "" and model_kind(path) == "sparse-encoder"):
+        model = load_sparse_encoder(path, options.max_seq_length)
+        return SparseRetriever(model, name=spec, batch_size=options.batch_size)
+    model = load_sentence_transformer(path, options.pooling, options.max_seq_length)
+    return DenseRetriever(
+        model, name=spec, batch_size=options.batch_size, cache_dir=options.cache_dir, cache_key=folder_fingerprint(path)
+    )
+
+
+def build_retriever(spec: str, options: EvaluationArguments, built: dict[str, Retriever] | None = None) -> Retriever:
+    """The retriever a command-line spec names (see SPEC_FORMS); `built` maps specs to retrievers already built, so
+    that a model named twice (alone and in a hybrid) is loaded and encodes the corpus once."""
+    built = {} if built is None else built
+    if spec not in built:
+        built[spec] = _new_retriever(spec, options, built)
+    return built[spec]
+
+
+def build_retrievers(specs: list[str], options: EvaluationArguments) -> list[Retriever]:
+    built: dict[str, Retriever] = {}
+    return [build_retriever(spec, options, built) for spec in specs]
+
+
+def run_evaluation(args: EvaluationArguments) -> str:
+    """Evaluate every retriever of `args` on the split; returns the markdown table (also written as JSON and TREC
+    runs when asked)."""
+    collection = load_collection(args.data_dir, args.split, args.skip_unknown_ids)
+    tuning = None
+    if args.fusion_tune_split is not None:
+        tuning = load_collection(args.data_dir, args.fusion_tune_split, args.skip_unknown_ids, corpus=collection.corpus)
+    retrievers = build_retrievers(args.retrievers, args)
+    logger.info(
+        "Evaluating %d retrievers on %s: %d queries, %d documents",
+        len(retrievers), collection.name, len(collection.queries), len(collection.corpus),
+    )
+    results = []
+    for retriever in retrievers:
+        if tuning is not None and isinstance(retriever, HybridRetriever):
+            retriever.index(collection.corpus)
+            retriever.tune(tuning.queries, tuning.qrels, args.top_k, split=args.fusion_tune_split)
+            logger.info("%s: fusion tuned on %s: %s", retriever.name, args.fusion_tune_split, retriever.params)
+        results.append(evaluate_retriever(retriever, collection, args.top_k))
+    table = markdown_table(collection, results)
+    if args.output_json is not None:
+        write_json(args.output_json, collection, args, results)
+    if args.save_runs is not None:
+        write_trec_runs(args.save_runs, results)
+    return table

@@ -1,0 +1,42 @@
+"""BM25 over bm25s: scikit-learn-style tokens (lower-cased words of 2+ characters), optional stopwords and stemming."""
+
+import bm25s
+import Stemmer
+
+from .base import Retriever, Run, run_from_top_k
+
+
+class BM25Retriever(Retriever):
+    """bm25s' BM25 (`method`: lucene, robertson, atire, bm25l or bm25+). `stopwords`: a language code bm25s knows
+    (en, de, fr, ...) or None; `stemmer`: a PyStemmer algorithm (e.g. "english") or None."""
+
+    def __init__(
+        self,
+        k1: float = 1.5,
+        b: float = 0.75,
+        method: str = "lucene",
+        stopwords: str | None = "en",
+        stemmer: str | None = None,
+        name: str = "bm25",
+        show_progress_bar: bool = True,
+    ):
+        super().__init__(name)
+        self.settings = {"k1": k1, "b": b, "method": method, "stopwords": stopwords, "stemmer": stemmer}
+        self.stopwords = stopwords
+        self.stemmer = Stemmer.Stemmer(stemmer) if stemmer else None
+        self.show_progress_bar = show_progress_bar
+        self._bm25 = bm25s.BM25(k1=k1, b=b, method=method)
+
+    def _tokens(self, texts: list[str]) -> list[list[str]]:
+        return bm25s.tokenize(
+            texts, stopwords=self.stopwords, stemmer=self.stemmer, return_ids=False, show_progress=self.show_progress_bar
+        )
+
+    def _build_index(self, corpus: dict[str, str]) -> None:
+        self._bm25.index(self._tokens(list(corpus.values())), show_progress=self.show_progress_bar)
+
+    def _search(self, queries: dict[str, str], top_k: int) -> Run:
+        indices, scores = self._bm25.retrieve(
+            self._tokens(list(queries.values())), k=top_k, show_progress=self.show_progress_bar
+        )
+        return run_from_top_k(list(queries), self.document_ids, indices, scores, positive_only=True)

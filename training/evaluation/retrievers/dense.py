@@ -1,0 +1,96 @@
+"""Dense retrieval: exact inner-product search with faiss over the whole corpus, embeddings optionally cached on disk."""
+
+import faiss
+import numpy as np
+from sentence_transformers import SentenceTransformer
+from tqdm.auto import tqdm
+
+from ...common.errors import InputError
+from ..embedding_cache import cache_file, load_embeddings, save_embeddings
+from .base import Retriever, Run, run_from_top_k
+
+SEARCH_CHUNK = 1024  # queries per faiss call (one progress step)
+
+
+class DenseRetriever(Retriever):
+    """Encodes documents with `encode_document` and queries with `encode_query` (the model's prompts, if it has
+    any; plain `encode` otherwise), and ranks by the model's similarity: cosine (inner product of L2-normalised
+    vectors) or dot product.
+
+    With `cache_dir` and `cache_key` (an identity of the model's weights, e.g. `folder_fingerprint(path)`), corpus
+    embeddings are read from and written to `cache_dir`, keyed by that identity, the model's modules (pooling,
+    max_seq_length, normalisation), its prompts and the corpus' content. A model being trained passes no cache.
+    """
+
+    def __init__(
+        self,
+        model: SentenceTransformer,
+        name: str,
+        batch_size: int = 32,
+        cache_dir: str | None = None,
+        cache_key: str | None = None,
+        show_progress_bar: bool = True,
+    ):
+        super().__init__(name)
+        if model.similarity_fn_name not in ("cosine", "dot"):
+            raise InputError(
+                f"{name}: the model's similarity function is {model.similarity_fn_name!r}; inner-product search "
+                "ranks by 'cosine' or 'dot'. Set similarity_fn_name in its config_sentence_transformers.json."
+            )
+        self.model = model
+        self.batch_size = batch_size
+        self.cache_dir = cache_dir
+        self.cache_key = cache_key
+        self.show_progress_bar = show_progress_bar
+        self.settings = {"similarity": model.similarity_fn_name, "max_seq_length": model.max_seq_length}
+        self.corpus_from_cache = False
+        self._index: faiss.IndexFlatIP | None = None
+
+    def _embeddings(self, encode, texts: list[str]) -> np.ndarray:
+        """`encode` (the model's encode_document or encode_query) of `texts`, as the model outputs them."""
+        return encode(texts, batch_size=self.batch_size, show_progress_bar=self.show_progress_bar, convert_to_numpy=True)
+
+    def _vectors(self, embeddings: np.ndarray) -> np.ndarray:
+        """The vectors searched by inner product: L2-normalised for a cosine model."""
+        vectors = np.ascontiguousarray(embeddings, dtype=np.float32)
+        if self.model.similarity_fn_name == "cosine":
+            faiss.normalize_L2(vectors)
+        return vectors
+
+    def _cache_path(self):
+        if self.cache_dir is None or self.cache_key is None:
+            return None
+        # max_seq_length lives on the tokenizer, outside the modules' configuration.
+        modules = [(type(module).__name__, module.get_config_dict()) for module in self.model]
+        return cache_file(
+            self.cache_dir, self.cache_key, modules, self.model.max_seq_length, self.model.prompts, self.corpus_fingerprint
+        )
+
+    def _document_embeddings(self, corpus: dict[str, str]) -> np.ndarray:
+        path = self._cache_path()
+        cached = load_embeddings(path, len(corpus)) if path is not None else None
+        self.corpus_from_cache = cached is not None
+        if cached is not None:
+            return cached
+        embeddings = self._embeddings(self.model.encode_document, list(corpus.values()))
+        if path is not None:
+            save_embeddings(path, embeddings)
+        return embeddings
+
+    def _build_index(self, corpus: dict[str, str]) -> None:
+        vectors = self._vectors(self._document_embeddings(corpus))
+        self._index = faiss.IndexFlatIP(vectors.shape[1])
+        self._index.add(vectors)
+
+    def _search(self, queries: dict[str, str], top_k: int) -> Run:
+        vectors = self._vectors(self._embeddings(self.model.encode_query, list(queries.values())))
+        scores, indices = [], []
+        starts = range(0, len(vectors), SEARCH_CHUNK)
+        for start in tqdm(starts, desc="Searching", unit="chunk", disable=not self.show_progress_bar):
+            chunk_scores, chunk_indices = self._index.search(vectors[start : start + SEARCH_CHUNK], top_k)
+            scores.append(chunk_scores)
+            indices.append(chunk_indices)
+        return run_from_top_k(list(queries), self.document_ids, np.concatenate(indices), np.concatenate(scores))
+
+    def stats(self) -> dict[str, float]:
+        return {**super().stats(), "corpus_from_cache": float(self.corpus_from_cache)}

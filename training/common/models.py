@@ -32,7 +32,7 @@ def _read_json(path: Path) -> dict:
 
 
 def model_kind(path: str) -> str:
-    """'sentence-transformer', 'sparse-encoder' or 'transformers', from the files in the folder."""
+    """'sentence-transformer', 'sparse-encoder', 'cross-encoder' or 'transformers', from the files in the folder."""
     folder = Path(path)
     if not folder.is_dir():
         raise InputError(f"{path}: no such model folder. Pass a local folder (nothing is downloaded).")
@@ -40,11 +40,12 @@ def model_kind(path: str) -> str:
         st_config = folder / "config_sentence_transformers.json"
         # sentence-transformers itself treats a model without this entry as a SentenceTransformer.
         model_type = _read_json(st_config).get("model_type", "SentenceTransformer") if st_config.is_file() else "SentenceTransformer"
-        kinds = {"SentenceTransformer": "sentence-transformer", "SparseEncoder": "sparse-encoder"}
+        kinds = {"SentenceTransformer": "sentence-transformer", "SparseEncoder": "sparse-encoder", "CrossEncoder": "cross-encoder"}
         if model_type not in kinds:
             raise InputError(
-                f"{path}: a sentence-transformers {model_type} model, which does not embed queries and documents "
-                "separately. Pass a SentenceTransformer or SparseEncoder folder, or a transformers checkpoint."
+                f"{path}: a sentence-transformers {model_type} model, which neither embeds queries and documents nor "
+                "scores their pairs. Pass a SentenceTransformer, SparseEncoder or CrossEncoder folder, or a transformers "
+                "checkpoint."
             )
         return kinds[model_type]
     if (folder / "config.json").is_file():
@@ -99,6 +100,11 @@ def load_sentence_transformer(path: str, pooling: str | None = None, max_seq_len
     """A dense model: a SentenceTransformer folder as saved (its pooling unless `pooling` is given), or a bare
     transformers checkpoint (SEED or BERT-family) as Transformer + Pooling(`pooling`, default [CLS])."""
     kind = model_kind(path)
+    if kind == "cross-encoder":
+        raise InputError(
+            f"{path}: a CrossEncoder, which scores (query, document) pairs but embeds neither, so it cannot retrieve "
+            "from a corpus. Use it as a fine-tuning --teacher, or pass a SentenceTransformer or a checkpoint here."
+        )
     if kind == "sparse-encoder":
         raise InputError(
             f"{path}: a SparseEncoder (sparse) model, asked for dense retrieval. Evaluate it as a sparse retriever "

@@ -38,6 +38,8 @@ class RetrievalEvaluator(BaseEvaluator):
         self.metrics = tuple(metrics)
         self.primary_metric = f"{name}_{self.metrics[0]}"
         self.greater_is_better = True
+        # The retriever of the last call, its corpus index included: reusable while its model is not trained further.
+        self.last_retriever = None
 
     def __call__(self, model, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
         retriever_class = SparseRetriever if isinstance(model, SparseEncoder) else DenseRetriever
@@ -45,6 +47,7 @@ class RetrievalEvaluator(BaseEvaluator):
             model, name=self.name, batch_size=self.batch_size, show_progress_bar=self.show_progress_bar
         )
         result = evaluate_retriever(retriever, self.collection, self.top_k, self.metrics)
+        self.last_retriever = retriever
         sparsity = {stat: value for stat, value in result.stats.items() if stat in SPARSITY_STATS}
         metrics = self.prefix_name_to_metrics({**result.metrics, **sparsity}, self.name)
         self.store_metrics_in_model_card_data(model, metrics, epoch, steps)

@@ -3,7 +3,7 @@ sentence-transformers' training arguments. Each dataclass checks its own fields.
 
 from dataclasses import dataclass, field
 
-from sentence_transformers import SentenceTransformerTrainingArguments
+from sentence_transformers import SentenceTransformerTrainingArguments, SparseEncoderTrainingArguments
 from sentence_transformers.base.sampler import BatchSamplers
 
 from ..common.errors import InputError
@@ -34,7 +34,25 @@ class FinetuningModelArguments:
         metadata={"help": "Longest input in tokens, queries and documents (default: the starting model's, at most 256)."},
     )
 
+    sparse: bool = field(
+        default=False,
+        metadata={
+            "help": "Train a SPLADE SparseEncoder on the checkpoint's MLM head (max pooling of log(1 + ReLU(logits))) "
+            "instead of a dense SentenceTransformer. Needs a checkpoint with an MLM head, e.g. a SEED pretraining folder."
+        },
+    )
+    query_regularizer_weight: float = field(
+        default=5e-5, metadata={"help": "With --sparse: weight of the FLOPS regulariser on query vectors."}
+    )
+    document_regularizer_weight: float = field(
+        default=3e-5, metadata={"help": "With --sparse: weight of the FLOPS regulariser on document vectors."}
+    )
+
     def __post_init__(self):
+        if self.sparse and self.pooling is not None:
+            raise InputError("--pooling applies to dense models; a --sparse model max-pools its vocabulary scores.")
+        if self.query_regularizer_weight < 0 or self.document_regularizer_weight < 0:
+            raise InputError("--query_regularizer_weight and --document_regularizer_weight must be >= 0.")
         if self.pooling is not None and self.pooling not in ("cls", "mean"):
             raise InputError(f"--pooling {self.pooling}: expected cls or mean.")
         if self.max_seq_length is not None and self.max_seq_length < 8:
@@ -170,8 +188,11 @@ class RecipeArguments:
 
 
 @dataclass
-class SeedFinetuningArguments(SentenceTransformerTrainingArguments):
-    """sentence-transformers' training arguments with defaults for retrieval fine-tuning; every Trainer flag applies."""
+class SeedFinetuningArguments(SentenceTransformerTrainingArguments, SparseEncoderTrainingArguments):
+    """sentence-transformers' training arguments with defaults for retrieval fine-tuning; every Trainer flag applies.
+
+    Both trainers accept it (neither class adds fields to their common base), so dense and sparse runs
+    parse the same flags."""
 
     output_dir: str = field(
         default="seed-encoder-st",
@@ -203,4 +224,3 @@ class SeedFinetuningArguments(SentenceTransformerTrainingArguments):
         default=BatchSamplers.NO_DUPLICATES,
         metadata={"help": "no_duplicates keeps a text from appearing twice in a batch, where it would be its own negative."},
     )
-    report_to: str | list[str] = field(default="none", metadata={"help": "Experiment trackers to report to."})

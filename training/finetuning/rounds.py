@@ -86,7 +86,8 @@ def prepare_examples(plan: RoundPlan, training_set: TrainingSet, recipe, seed: i
 
 def train_round(plan: RoundPlan, trainer) -> dict:
     """Train the round (resuming its last whole checkpoint), then write its dev metrics and its model."""
-    trainer.train(resume_from_checkpoint=last_complete_checkpoint(plan.folder))
+    checkpoint = last_complete_checkpoint(plan.folder)
+    trainer.train(resume_from_checkpoint=None if checkpoint is None else str(checkpoint))
     metrics = final_evaluation(trainer)
     staged = staging_dir(str(plan.model_dir))
     if trainer.is_world_process_zero():
@@ -102,9 +103,9 @@ def train_round(plan: RoundPlan, trainer) -> dict:
 
 def final_evaluation(trainer) -> dict:
     """The evaluator's metrics of the trained model: those logged at the last step when there are, else computed."""
-    primary = f"eval_{trainer.evaluator.primary_metric}"
-    logged = [entry for entry in trainer.state.log_history if primary in entry]
+    prefix = f"eval_{trainer.evaluator.name}_"
+    logged = [entry for entry in trainer.state.log_history if any(key.startswith(prefix) for key in entry)]
     if not logged or logged[-1]["step"] != trainer.state.global_step:
         trainer.evaluate()
-        logged = [entry for entry in trainer.state.log_history if primary in entry]
-    return {key.removeprefix("eval_"): value for key, value in logged[-1].items() if key.startswith("eval_")}
+        logged = [entry for entry in trainer.state.log_history if any(key.startswith(prefix) for key in entry)]
+    return {key.removeprefix("eval_"): value for key, value in logged[-1].items() if key.startswith(prefix)}

@@ -48,12 +48,13 @@ class BM25Teacher:
     name = BM25_TEACHER
 
     def __init__(self, corpus: dict[str, str]):
-        self.retriever = BM25Retriever()
+        self.retriever = BM25Retriever(show_progress_bar=False)
         self.retriever.index(corpus)
-        self.doc_ids = {text: doc_id for doc_id, text in corpus.items()}
+        self.rows = {text: row for row, text in enumerate(corpus.values())}
 
     def score(self, queries: list[str], documents: list[str]) -> np.ndarray:
-        return self.retriever.score_pairs(queries, [self.doc_ids[text] for text in documents])
+        scores_by_query = {query: self.retriever.scores(query) for query in dict.fromkeys(queries)}
+        return np.array([scores_by_query[query][self.rows[text]] for query, text in zip(queries, documents)])
 
 
 class EnsembleTeacher:
@@ -81,7 +82,11 @@ def check_teacher_specs(specs: list[str]) -> None:
                 f"--teacher {spec}: no such folder. A teacher is bm25 or a local SentenceTransformer or CrossEncoder "
                 "folder (nothing is downloaded)."
             )
-        if model_kind(spec) not in ("sentence-transformer", "cross-encoder"):
+        try:
+            kind = model_kind(spec)
+        except InputError:
+            kind = None
+        if kind not in ("sentence-transformer", "cross-encoder"):
             raise InputError(
                 f"--teacher {spec}: the folder holds no SentenceTransformer or CrossEncoder model (no modules.json or "
                 "cross-encoder config). Pass a folder written by SentenceTransformer.save or CrossEncoder.save, or bm25."

@@ -1,6 +1,7 @@
 """BM25 over bm25s: scikit-learn-style tokens (lower-cased words of 2+ characters), optional stopwords and stemming."""
 
 import bm25s
+import numpy as np
 import Stemmer
 
 from .base import Retriever, Run, run_from_top_k
@@ -34,6 +35,14 @@ class BM25Retriever(Retriever):
 
     def _build_index(self, corpus: dict[str, str]) -> None:
         self._bm25.index(self._tokens(list(corpus.values())), show_progress=self.show_progress_bar)
+
+    def scores(self, query: str) -> np.ndarray:
+        """The query's BM25 score of every indexed document, in corpus order (what a distillation teacher reads)."""
+        if self.corpus_fingerprint is None:
+            raise RuntimeError(f"{self.name}: index a corpus before scoring it")
+        return self._bm25.get_scores(bm25s.tokenize(
+            [query], stopwords=self.stopwords, stemmer=self.stemmer, return_ids=False, show_progress=False
+        )[0])
 
     def _search(self, queries: dict[str, str], top_k: int) -> Run:
         indices, scores = self._bm25.retrieve(

@@ -1,0 +1,135 @@
+"""`training/finetune.py`: a SEED pretraining folder becomes a Siamese SentenceTransformer retriever.
+
+Runs are tiny and real: the pretraining pipeline's 2-layer model, sentence-transformers' trainer,
+BM25 and the model's own index over a slice of SciFact (30 train and 30 test queries, ~200 documents).
+"""
+
+import json
+import subprocess
+import sys
+
+import bm25s
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+from sentence_transformers import SentenceTransformer
+
+from finetune_helpers import TINY_FINETUNE, finetune, round_examples
+from pretrain_helpers import subprocess_env
+from training.evaluation.collection import load_collection
+
+
+@pytest.fixture(scope="module")
+def self_mined(scifact_slice, tiny_seed_dir, tmp_path_factory):
+    """Two rounds: BM25 negatives, then negatives re-mined from the model after round 1."""
+    out = tmp_path_factory.mktemp("self-mined") / "st"
+    assert finetune([
+        "--model_name_or_path", tiny_seed_dir, "--data_dir", scifact_slice, "--output_dir", out, *TINY_FINETUNE,
+        "--negatives", "self", "--mining_rounds", "2", "--negatives_range_min", "2", "--negatives_range_max", "20",
+        "--dev_fraction", "0.3",
+    ]) == 0
+    return out
+
+
+def judged_positives(scifact_slice) -> dict[str, set[str]]:
+    qrels = load_collection(str(scifact_slice), "train").qrels
+    return {query: {doc for doc, relevance in judged.items() if relevance > 0} for query, judged in qrels.items()}
+
+
+def test_training_loss_goes_down(self_mined):
+    history = json.loads((self_mined / "round-1" / "trainer_state.json").read_text())["log_history"]
+    losses = [entry["loss"] for entry in history if "loss" in entry]
+
+    assert len(losses) >= 3
+    assert np.mean(losses[-2:]) < losses[0]
+
+
+def test_mined_negatives_never_contain_a_judged_positive(self_mined, scifact_slice):
+    positives = judged_positives(scifact_slice)
+    for round_number in (1, 2):
+        examples = round_examples(self_mined, round_number)
+        assert examples
+        for query_id, positive_id, negatives in examples:
+            assert positive_id in positives[query_id]
+            assert not set(negatives) & positives[query_id], (round_number, query_id)
+
+
+def test_second_round_re_mines_from_the_model_trained_in_the_first(self_mined, scifact_slice):
+    first, second = round_examples(self_mined, 1), round_examples(self_mined, 2)
+    round_one_model = SentenceTransformer(str(self_mined / "round-1" / "model"))
+    train = load_collection(str(scifact_slice), "train")
+    corpus_ids = list(train.corpus)
+    documents = round_one_model.encode(list(train.corpus.values()), convert_to_tensor=True)
+
+    assert [negatives for *_, negatives in first] != [negatives for *_, negatives in second]
+    for query_id, _, negatives in second:
+        query = round_one_model.encode([train.queries[query_id]], convert_to_tensor=True)
+        scores = round_one_model.similarity(query, documents)[0]
+        ranked = torch.sort(scores, descending=True).values
+        # Drawn from ranks 2..19 of the round-1 model's own ranking (judged positives excluded): scored between
+        # the documents at those ranks (a tiny model ties often, so ranks are compared through scores).
+        for doc_id in negatives:
+            score = scores[corpus_ids.index(doc_id)]
+            assert ranked[19] - 1e-5 <= score <= ranked[2] + 1e-5, (query_id, doc_id)
+
+
+def test_saved_model_loads_and_encodes_where_modeling_seed_is_not_installed(self_mined, tmp_path):
+    program = (
+        "import json, sys\n"
+        "sys.modules['modeling_seed'] = None  # the library is not importable here\n"
+        "from sentence_transformers import SentenceTransformer\n"
+        f"model = SentenceTransformer({str(self_mined)!r}, trust_remote_code=True)\n"
+        "embeddings = model.encode(['a query about cells', 'another text'])\n"
+        "print(json.dumps({'shape': list(embeddings.shape), 'pooling': model[1].pooling_mode,"
+        " 'class': type(model[0].auto_model).__name__}))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", program], cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True, timeout=120
+    )
+
+    assert result.returncode == 0, result.stderr[-2000:]
+    loaded = json.loads(result.stdout.strip().splitlines()[-1])
+    assert loaded == {"shape": [2, 64], "pooling": "cls", "class": "SeedEncoderModel"}
+
+
+def test_final_model_is_the_best_round_on_dev_and_its_card_tells_the_recipe(self_mined):
+    rounds = {number: json.loads((self_mined / f"round-{number}" / "dev_metrics.json").read_text()) for number in (1, 2)}
+    best = max(rounds, key=lambda number: rounds[number]["dev_ndcg@10"])
+    card = (self_mined / "README.md").read_text()
+
+    assert load_file(str(self_mined / "model.safetensors")).keys() == load_file(
+        str(self_mined / f"round-{best}" / "model" / "model.safetensors")
+    ).keys()
+    assert all(
+        torch.equal(tensor, load_file(str(self_mined / f"round-{best}" / "model" / "model.safetensors"))[name])
+        for name, tensor in load_file(str(self_mined / "model.safetensors")).items()
+    )
+    assert f"The final model is round {best}" in card
+    assert "ANCE-style" in card and "MultipleNegativesRankingLoss" in card
+    assert "decoder of attention span 2" in card  # the SEED starting checkpoint's decoder
+    assert (self_mined / "training_curves.png").stat().st_size > 0
+
+
+def test_distillation_labels_are_the_teachers_standardised_scores(scifact_slice, tiny_seed_dir, tmp_path):
+    out = tmp_path / "distilled"
+    assert finetune([
+        "--model_name_or_path", tiny_seed_dir, "--data_dir", scifact_slice, "--output_dir", out, *TINY_FINETUNE,
+        "--negatives", "bm25", "--negatives_per_query", "2", "--teacher", "bm25", "--distillation", "kl",
+        "--similarity_scale", "20",
+    ]) == 0
+    saved = json.loads((out / "round-1" / "examples.json").read_text())
+    train = load_collection(str(scifact_slice), "train")
+    bm25 = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
+    bm25.index(bm25s.tokenize(list(train.corpus.values()), stopwords="en", return_ids=False, show_progress=False))
+    rows = list(train.corpus)
+
+    expected = []
+    for query_id, positive_id, negatives in saved["examples"]:
+        query = bm25s.tokenize([train.queries[query_id]], stopwords="en", return_ids=False, show_progress=False)[0]
+        scores = bm25.get_scores(query)
+        expected.append([scores[rows.index(doc_id)] for doc_id in (positive_id, *negatives)])
+    expected = np.asarray(expected)
+    expected = (expected - expected.mean()) / expected.std()
+
+    np.testing.assert_allclose(np.asarray(saved["scores"]) * 20, expected, rtol=1e-4, atol=1e-4)

@@ -1,0 +1,95 @@
+"""Bad input to `training/finetune.py` stops the run before anything is written: one paragraph that names the
+file, line or argument and what to do, and exit status 2."""
+
+import json
+import shutil
+
+import pytest
+
+from finetune_helpers import TINY_FINETUNE, finetune
+
+
+@pytest.fixture
+def out(tmp_path):
+    return tmp_path / "never-written"
+
+
+def refused(capsys, out, argv) -> str:
+    """Run with `argv`, check it is refused without writing `out`, and return the error message."""
+    assert finetune([*argv, "--output_dir", out, *TINY_FINETUNE]) == 2
+    assert not out.exists()
+    error = capsys.readouterr().err
+    assert error.startswith("error: ") and "Traceback" not in error
+    return error
+
+
+def test_a_collection_without_the_train_split_is_refused(capsys, out, scifact_slice, tiny_seed_dir, tmp_path):
+    collection = tmp_path / "no-train"
+    shutil.copytree(scifact_slice, collection)
+    (collection / "qrels" / "train.tsv").unlink()
+
+    error = refused(capsys, out, ["--model_name_or_path", tiny_seed_dir, "--data_dir", collection])
+
+    assert "train.tsv" in error
+
+
+def test_qrels_with_unknown_ids_are_refused_unless_skipped(capsys, out, scifact_slice, tiny_seed_dir, tmp_path):
+    collection = tmp_path / "unknown-ids"
+    shutil.copytree(scifact_slice, collection)
+    with (collection / "qrels" / "train.tsv").open("a") as qrels:
+        qrels.write("no-such-query\tno-such-document\t1\n")
+
+    error = refused(capsys, out, ["--model_name_or_path", tiny_seed_dir, "--data_dir", collection])
+
+    assert "no-such-query" in error and "--skip_unknown_ids" in error
+
+
+def test_a_pairs_file_without_query_or_positive_names_the_line(capsys, out, tiny_seed_dir, tmp_path):
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text(
+        json.dumps({"query": "what is SEED?", "positive": "A pre-training method."}) + "\n"
+        + json.dumps({"question": "what is a weak decoder?", "positive": "A shallow one."}) + "\n"
+    )
+
+    error = refused(capsys, out, ["--model_name_or_path", tiny_seed_dir, "--train_file", pairs])
+
+    assert f"{pairs}, line 2" in error and "'query'" in error
+
+
+def test_a_teacher_folder_without_a_model_is_refused(capsys, out, scifact_slice, tiny_seed_dir, tmp_path):
+    empty = tmp_path / "empty-teacher"
+    empty.mkdir()
+
+    error = refused(capsys, out, [
+        "--model_name_or_path", tiny_seed_dir, "--data_dir", scifact_slice, "--negatives", "bm25", "--teacher", empty,
+    ])
+
+    assert f"--teacher {empty}" in error
+
+
+@pytest.mark.parametrize(
+    "flags, named",
+    [
+        (["--negatives", "bm25", "--mining_rounds", "2"], "--mining_rounds"),
+        (["--teacher", "bm25"], "--teacher"),
+        (["--negatives", "bm25", "--negatives_range_min", "30", "--negatives_range_max", "20"], "--negatives_range_min"),
+        (["--train_file", "pairs.jsonl"], "--train_file"),
+        (["--corpus_file", "passages.txt"], "--corpus_file"),
+    ],
+)
+def test_contradictory_flags_are_refused(capsys, out, scifact_slice, tiny_seed_dir, flags, named):
+    error = refused(capsys, out, ["--model_name_or_path", tiny_seed_dir, "--data_dir", scifact_slice, *flags])
+
+    assert named in error
+
+
+def test_a_missing_starting_checkpoint_is_refused(capsys, out, scifact_slice, tmp_path):
+    error = refused(capsys, out, ["--model_name_or_path", tmp_path / "absent", "--data_dir", scifact_slice])
+
+    assert "no such folder" in error
+
+
+def test_sparse_on_a_checkpoint_without_an_mlm_head_is_refused(capsys, out, scifact_slice, minilm_dir):
+    error = refused(capsys, out, ["--model_name_or_path", minilm_dir, "--data_dir", scifact_slice, "--sparse"])
+
+    assert "masked-LM head" in error and "SEED pretraining folder" in error

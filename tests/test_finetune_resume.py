@@ -1,0 +1,99 @@
+"""An interrupted fine-tuning run, rerun with the same command, ends with the very weights of an uninterrupted
+one; and with no arguments at all, fine-tuning turns the pretraining main job's ./seed-encoder into ./seed-encoder-st."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from sentence_transformers import SentenceTransformer
+
+from finetune_helpers import FINETUNE_SCRIPT, TINY_FINETUNE, finetune
+from pretrain_helpers import REPO_ROOT, max_abs_difference, subprocess_env, weights
+
+
+def global_step(folder) -> int:
+    return json.loads((folder / "trainer_state.json").read_text())["global_step"]
+
+
+def last_checkpoint(folder):
+    complete = [path for path in folder.glob("checkpoint-*") if (path / "trainer_state.json").is_file()]
+    return max(complete, key=lambda path: int(path.name.split("-")[1]))
+
+
+@pytest.fixture(scope="module")
+def command(scifact_slice, tiny_seed_dir):
+    """`command(output_dir)`: two self-mining rounds with a checkpoint every 2 steps."""
+
+    def flags(output_dir):
+        return [
+            "--model_name_or_path", tiny_seed_dir, "--data_dir", scifact_slice, "--output_dir", output_dir,
+            *TINY_FINETUNE, "--negatives", "self", "--mining_rounds", "2", "--negatives_range_min", "2",
+            "--negatives_range_max", "20", "--save_steps", "2",
+        ]
+
+    return flags
+
+
+def test_run_killed_in_its_second_round_resumes_to_identical_weights(tmp_path, command):
+    uninterrupted = tmp_path / "uninterrupted"
+    assert finetune(command(uninterrupted)) == 0
+    out = tmp_path / "killed"
+    checkpoint = out / "round-2" / "checkpoint-2" / "trainer_state.json"
+    with open(tmp_path / "killed.log", "w") as log:
+        process = subprocess.Popen(
+            [sys.executable, str(FINETUNE_SCRIPT), *map(str, command(out))],
+            cwd=REPO_ROOT, env=subprocess_env(), stdout=log, stderr=log,
+        )
+        deadline = time.monotonic() + 300
+        while not checkpoint.exists():
+            assert process.poll() is None, f"the run ended (status {process.returncode}) before round 2's checkpoint"
+            assert time.monotonic() < deadline, "no round-2 checkpoint within 300 s"
+            time.sleep(0.05)
+        os.kill(process.pid, signal.SIGKILL)
+        assert process.wait(timeout=30) == -signal.SIGKILL
+    assert not (out / "config.json").exists()
+    resumed_from = global_step(last_checkpoint(out / "round-2"))
+
+    resumed = subprocess.run(
+        [sys.executable, str(FINETUNE_SCRIPT), *map(str, command(out))],
+        cwd=REPO_ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=600,
+    )
+
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert json.loads((out / "round-1" / "examples.json").read_text()) == json.loads(
+        (uninterrupted / "round-1" / "examples.json").read_text()
+    )
+    assert max_abs_difference(weights(out), weights(uninterrupted)) <= 1e-6
+    # Round 1 was whole and round 2 continued from its checkpoint: the rerun trained only the steps after it.
+    round_two_steps = global_step(uninterrupted / "round-2")
+    assert resumed.stdout.count("{'loss'") == round_two_steps - resumed_from
+
+
+def test_a_folder_holding_another_run_is_refused(tmp_path, command, capsys):
+    out = tmp_path / "other"
+    out.mkdir()
+    (out / "finetuning_run.json").write_text(json.dumps({"recipe": {"negatives": "none"}}))
+
+    assert finetune(command(out)) == 2
+
+    assert "holds a different fine-tuning run" in capsys.readouterr().err
+
+
+def test_no_arguments_turn_the_pretraining_main_jobs_folder_into_a_sentence_transformer(tmp_path, tiny_seed_dir):
+    shutil.copytree(tiny_seed_dir, tmp_path / "seed-encoder")
+
+    finished = subprocess.run(
+        [sys.executable, str(FINETUNE_SCRIPT)], cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True,
+        timeout=900,
+    )
+
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert "Fine-tuned model written to seed-encoder-st" in finished.stdout
+    model = SentenceTransformer(str(tmp_path / "seed-encoder-st"))
+    assert model.encode(["a list comprehension"]).shape == (1, 64)
+    assert "pydoc_data" in (tmp_path / "seed-encoder-st" / "README.md").read_text()

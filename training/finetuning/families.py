@@ -1,0 +1,77 @@
+"""Dense and sparse retrievers: everything fine-tuning does differently for the two, in one place.
+
+The pipeline (data, negatives, teachers, rounds, resume, card) is the same for both; a family
+says how to load the starting model, which trainer trains it, which retriever mines its own
+negatives, and how its training loss is composed.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from sentence_transformers import SentenceTransformerTrainer, SparseEncoderTrainer
+
+from ..common.errors import InputError
+from ..common.models import has_mlm_head, load_sentence_transformer, load_sparse_encoder, model_kind
+from ..evaluation.retrievers import DenseRetriever, SparseRetriever
+from .arguments import FinetuningModelArguments, RecipeArguments
+from .losses import SparseRegularisation, build_loss, teacher_label_scale
+
+# Longest input when neither the user nor the starting model says otherwise.
+DEFAULT_MAX_SEQ_LENGTH = 256
+
+
+@dataclass(frozen=True)
+class RetrieverFamily:
+    name: str  # the sentence-transformers class the output folder loads as
+    sparse: bool
+
+    def load(self, path: str, model_args: FinetuningModelArguments):
+        """The model to fine-tune from `path` (a starting checkpoint, or a finished round's folder)."""
+        if self.sparse:
+            model = load_sparse_encoder(path, max_seq_length=model_args.max_seq_length)
+        else:
+            model = load_sentence_transformer(path, pooling=model_args.pooling, max_seq_length=model_args.max_seq_length)
+        if model_args.max_seq_length is None:
+            model.max_seq_length = min(model.max_seq_length or DEFAULT_MAX_SEQ_LENGTH, DEFAULT_MAX_SEQ_LENGTH)
+        model.model_card_data.local_files_only = True  # no Hub lookups for dataset or base-model ids
+        return model
+
+    def trainer(self, **kwargs):
+        return (SparseEncoderTrainer if self.sparse else SentenceTransformerTrainer)(**kwargs)
+
+    def retriever(self, model, batch_size: int):
+        """The model's own index, for ANCE-style mining."""
+        return (SparseRetriever if self.sparse else DenseRetriever)(model, name="self", batch_size=batch_size)
+
+    def loss(self, model, recipe: RecipeArguments, model_args: FinetuningModelArguments):
+        regularisation = None
+        if self.sparse:
+            regularisation = SparseRegularisation(model_args.query_regularizer_weight, model_args.document_regularizer_weight)
+        return build_loss(model, recipe, regularisation)
+
+    def teacher_label_scale(self, recipe: RecipeArguments) -> float:
+        return teacher_label_scale(recipe, sparse=self.sparse)
+
+    def describe(self, model) -> str:
+        if self.sparse:
+            return f"SPLADE: {type(model[0]).__name__} (MLM head) + max pooling of log(1 + ReLU(logits)), max {model.max_seq_length} tokens"
+        return f"{type(model[0]).__name__} + {model[1].pooling_mode} pooling, max {model.max_seq_length} tokens"
+
+
+DENSE = RetrieverFamily(name="SentenceTransformer", sparse=False)
+SPARSE = RetrieverFamily(name="SparseEncoder", sparse=True)
+
+
+def retriever_family(model_args: FinetuningModelArguments) -> RetrieverFamily:
+    """The family `--sparse` asks for, after checking the starting checkpoint can be one."""
+    if not model_args.sparse:
+        return DENSE
+    path = model_args.model_name_or_path
+    if Path(path).is_dir() and model_kind(path) != "sparse-encoder" and not has_mlm_head(path):
+        raise InputError(
+            f"--sparse --model_name_or_path {path}: the checkpoint has no masked-LM head, and SPLADE scores the "
+            "vocabulary with it. Start from a SEED pretraining folder, a BERT-family checkpoint saved with its MLM head "
+            "(config.json architectures ending in ForMaskedLM, e.g. BertForMaskedLM) or a SparseEncoder folder; a "
+            "SentenceTransformer such as all-MiniLM-L6-v2 or a bare BertModel has none."
+        )
+    return SPARSE

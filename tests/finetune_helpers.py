@@ -1,6 +1,8 @@
 """What the fine-tuning specifications share: the script, a tiny run's flags, and reading a run's rounds."""
 
 import json
+
+import torch
 from pathlib import Path
 
 from training.finetune import main
@@ -29,3 +31,17 @@ def round_examples(output_dir: Path, round_number: int) -> list[tuple[str, str, 
     """(query id, positive id, negative ids) of every training example of a round."""
     saved = json.loads((output_dir / f"round-{round_number}" / "examples.json").read_text())
     return [tuple(example) for example in saved["examples"]]
+
+
+def assert_drawn_from_ranks(model, collection, examples, low: int, high: int) -> None:
+    """Every example's negatives rank between `low` and `high` (exclusive) in `model`'s own ranking of the corpus.
+    Tiny models tie often, so a negative's rank is checked through its score: between the scores at those ranks."""
+    corpus_ids = list(collection.corpus)
+    documents = model.encode(list(collection.corpus.values()), convert_to_tensor=True)
+    for query_id, _, negatives in examples:
+        query = model.encode([collection.queries[query_id]], convert_to_tensor=True)
+        scores = model.similarity(query, documents)[0].to_dense()
+        ranked = torch.sort(scores, descending=True).values
+        for doc_id in negatives:
+            score = scores[corpus_ids.index(doc_id)]
+            assert ranked[high - 1] - 1e-5 <= score <= ranked[low] + 1e-5, (query_id, doc_id)

@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import load_file
 from sentence_transformers import SentenceTransformer
 
-from finetune_helpers import TINY_FINETUNE, finetune, round_examples
+from finetune_helpers import TINY_FINETUNE, assert_drawn_from_ranks, finetune, round_examples
 from pretrain_helpers import subprocess_env
 from training.evaluation.collection import load_collection
 
@@ -58,20 +58,9 @@ def test_mined_negatives_never_contain_a_judged_positive(self_mined, scifact_sli
 def test_second_round_re_mines_from_the_model_trained_in_the_first(self_mined, scifact_slice):
     first, second = round_examples(self_mined, 1), round_examples(self_mined, 2)
     round_one_model = SentenceTransformer(str(self_mined / "round-1" / "model"))
-    train = load_collection(str(scifact_slice), "train")
-    corpus_ids = list(train.corpus)
-    documents = round_one_model.encode(list(train.corpus.values()), convert_to_tensor=True)
 
     assert [negatives for *_, negatives in first] != [negatives for *_, negatives in second]
-    for query_id, _, negatives in second:
-        query = round_one_model.encode([train.queries[query_id]], convert_to_tensor=True)
-        scores = round_one_model.similarity(query, documents)[0]
-        ranked = torch.sort(scores, descending=True).values
-        # Drawn from ranks 2..19 of the round-1 model's own ranking (judged positives excluded): scored between
-        # the documents at those ranks (a tiny model ties often, so ranks are compared through scores).
-        for doc_id in negatives:
-            score = scores[corpus_ids.index(doc_id)]
-            assert ranked[19] - 1e-5 <= score <= ranked[2] + 1e-5, (query_id, doc_id)
+    assert_drawn_from_ranks(round_one_model, load_collection(str(scifact_slice), "train"), second, low=2, high=20)
 
 
 def test_saved_model_loads_and_encodes_where_modeling_seed_is_not_installed(self_mined, tmp_path):

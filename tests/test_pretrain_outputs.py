@@ -119,9 +119,12 @@ def test_model_card_has_hub_metadata_and_states_the_final_losses(run):
     assert {"seed-encoder", "dense-retrieval"} <= set(card.data.tags)
     assert card.data.base_model is None
     train_row = [round(last_train["loss"], 4), last_train["mlm_loss"], last_train["decoder_loss"]]
-    validation_row = [round(metrics["eval_loss"], 4), metrics["eval_mlm_loss"], metrics["eval_decoder_loss"]]
-    assert "| train (last log) | {} | {} | {} |".format(*train_row) in card.text
-    assert "| validation | {} | {} | {} |".format(*validation_row) in card.text
+    validation_row = [
+        round(metrics["eval_loss"], 4), metrics["eval_mlm_loss"], metrics["eval_decoder_loss"],
+        metrics["eval_cls_information"],
+    ]
+    assert "| train (last log) | {} | {} | {} | n/a |".format(*train_row) in card.text
+    assert "| validation | {} | {} | {} | {} |".format(*validation_row) in card.text
     assert "- Steps: 6 (0.18 epochs), 270 training sequences of at most 128 tokens" in card.text
     assert "- Data: `prose.txt`" in card.text
 
@@ -135,7 +138,7 @@ def test_loss_curves_are_a_png_image(run):
         assert image.size == (840, 480)
 
 
-def test_log_history_has_both_loss_terms_and_their_sum_in_training_and_evaluation(run):
+def test_log_history_has_both_loss_terms_their_sum_and_in_evaluation_the_cls_information(run):
     log = trainer_log(run / "checkpoint-6")
     train = [entry for entry in log if "loss" in entry]
     evaluation = [entry for entry in log if "eval_loss" in entry]
@@ -146,6 +149,8 @@ def test_log_history_has_both_loss_terms_and_their_sum_in_training_and_evaluatio
         assert entry["loss"] == pytest.approx(entry["mlm_loss"] + entry["decoder_loss"], abs=1e-3)
     for entry in evaluation:
         assert entry["eval_loss"] == pytest.approx(entry["eval_mlm_loss"] + entry["eval_decoder_loss"], abs=1e-3)
+        # How much the decoder reads from [CLS]: a loss difference, below the decoder loss it is part of.
+        assert -entry["eval_decoder_loss"] < entry["eval_cls_information"] < entry["eval_decoder_loss"]
 
 
 @pytest.mark.parametrize("suffix", ["yaml", "json"])

@@ -8,14 +8,15 @@ from pathlib import Path
 from huggingface_hub import ModelCard, ModelCardData
 
 from ..common.model_cards import model_card_template
-from .trainer import LOSS_TERMS
+from .trainer import EVAL_TERMS, LOSS_TERMS
 
 TEMPLATE = "seed_encoder.md"
 LOSS_PLOT = "loss_curves.png"
 
 
 def plot_loss_curves(log_history: list[dict], path: Path) -> None:
-    """PNG of the MLM and decoder losses against the step, training and (when logged) evaluation."""
+    """PNG of the MLM and decoder losses against the step, training and (when logged) evaluation, with the
+    decoder's [CLS] information on the validation split."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -23,7 +24,7 @@ def plot_loss_curves(log_history: list[dict], path: Path) -> None:
 
     figure, axes = plt.subplots(figsize=(7, 4))
     for prefix, style in (("", "-"), ("eval_", "o--")):
-        for term, color in zip(LOSS_TERMS, ("tab:blue", "tab:orange")):
+        for term, color in zip(EVAL_TERMS if prefix else LOSS_TERMS, ("tab:blue", "tab:orange", "tab:green")):
             points = [(entry["step"], entry[prefix + term]) for entry in log_history if prefix + term in entry]
             if points:
                 steps, values = zip(*points)
@@ -65,11 +66,11 @@ def render_model_card(
         base_model=base_model,
     )
     loss_rows = [
-        {"name": "train (last log)", **{key: _last(log_history, key) for key in ("loss", *LOSS_TERMS)}},
+        {"name": "train (last log)", **{key: _last(log_history, key) for key in ("loss", *EVAL_TERMS)}},
     ]
     if any("eval_loss" in entry for entry in log_history):
         loss_rows.append(
-            {"name": "validation", **{key: _last(log_history, f"eval_{key}") for key in ("loss", *LOSS_TERMS)}}
+            {"name": "validation", **{key: _last(log_history, f"eval_{key}") for key in ("loss", *EVAL_TERMS)}}
         )
     precision = "bf16 autocast" if training_args.bf16 else ("fp16" if training_args.fp16 else None)
     return ModelCard.from_template(

@@ -1,0 +1,87 @@
+"""What the quality benchmarks share: resumable results, running the pipelines' scripts, timing, tables.
+
+A benchmark is a list of steps (pre-train this, fine-tune that, evaluate those); each finished
+step's result is kept in a JSON file, so an interrupted benchmark rerun with the same command
+skips what is done, and the pipelines themselves resume their own output folders.
+"""
+
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from training.common.models import load_sentence_transformer, load_sparse_encoder
+from training.evaluation.embedding_cache import folder_fingerprint
+from training.evaluation.retrievers import DenseRetriever, SparseRetriever
+
+
+class ResultStore:
+    """Finished steps' results by key, in a JSON file rewritten atomically after every step."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.results = json.loads(path.read_text()) if path.is_file() else {}
+
+    def get_or_run(self, key: str, step: Callable[[], dict]) -> dict:
+        """The stored result of `key`, or run `step` (printing its progress and wall time) and store what it returns."""
+        if key in self.results:
+            print(f"[{key}] done earlier: {self.results[key]}", flush=True)
+            return self.results[key]
+        print(f"[{key}] running ...", flush=True)
+        start = time.perf_counter()
+        result = {**step(), "seconds": round(time.perf_counter() - start, 1)}
+        self.results[key] = result
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = self.path.with_name(self.path.name + ".tmp")
+        temporary.write_text(json.dumps(self.results, indent=2))
+        temporary.replace(self.path)
+        print(f"[{key}] {result}", flush=True)
+        return result
+
+
+def run_script(main: Callable[[list[str]], int], argv: list) -> None:
+    """A pipeline script's `main` with `argv`, in this process; a refused run stops the benchmark."""
+    status = main([str(arg) for arg in argv])
+    if status != 0:
+        sys.exit(f"a benchmark step failed (exit status {status}): {' '.join(map(str, argv))}")
+
+
+def precision_flags() -> list[str]:
+    """bf16 where it is fast: a CUDA GPU that supports it, or a CPU with AVX512-BF16 (elsewhere on a CPU bf16
+    is emulated and ~25x slower, so fp32 is kept)."""
+    if torch.cuda.is_available():
+        return ["--bf16"] if torch.cuda.is_bf16_supported() else []
+    cpu_flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
+    return ["--bf16", "--use_cpu"] if "avx512_bf16" in cpu_flags else []
+
+
+def dense_retriever(path: Path, name: str, cache_dir: Path, pooling: str | None = None) -> DenseRetriever:
+    """A dense model folder's retriever, its corpus embeddings cached across steps (hybrids re-use them)."""
+    model = load_sentence_transformer(str(path), pooling=pooling)
+    return DenseRetriever(model, name=name, cache_dir=str(cache_dir), cache_key=folder_fingerprint(str(path)))
+
+
+def sparse_retriever(path: Path, name: str) -> SparseRetriever:
+    return SparseRetriever(load_sparse_encoder(str(path)), name=name)
+
+
+def mean_std(values: list[float]) -> str:
+    if len(values) == 1:
+        return f"{values[0]:.3f}"
+    return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
+
+
+def markdown_table(columns: list[str], rows: list[list]) -> str:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def limit_threads() -> None:
+    """Tokenizers' own thread pool fights torch's for the cores; benchmarks keep it off."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

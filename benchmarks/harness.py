@@ -60,9 +60,11 @@ def precision_flags() -> list[str]:
     return ["--bf16", "--use_cpu"] if "avx512_bf16" in cpu_flags else []
 
 
-def dense_retriever(path: Path, name: str, cache_dir: Path, pooling: str | None = None) -> DenseRetriever:
+def dense_retriever(
+    path: Path, name: str, cache_dir: Path, pooling: str | None = None, max_seq_length: int | None = None
+) -> DenseRetriever:
     """A dense model folder's retriever, its corpus embeddings cached across steps (hybrids re-use them)."""
-    model = load_sentence_transformer(str(path), pooling=pooling)
+    model = load_sentence_transformer(str(path), pooling=pooling, max_seq_length=max_seq_length)
     return DenseRetriever(model, name=name, cache_dir=str(cache_dir), cache_key=folder_fingerprint(str(path)))
 
 
@@ -70,10 +72,14 @@ def sparse_retriever(path: Path, name: str) -> SparseRetriever:
     return SparseRetriever(load_sparse_encoder(str(path)), name=name)
 
 
-def mean_std(values: list[float]) -> str:
-    if len(values) == 1:
-        return f"{values[0]:.3f}"
-    return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
+def mean_and_std(values: list[float]) -> tuple[float, float | None]:
+    """Mean and sample standard deviation (None for a single value)."""
+    return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else None
+
+
+def mean_std(values: list[float], digits: int = 3) -> str:
+    mean, std = mean_and_std(values)
+    return f"{mean:.{digits}f}" if std is None else f"{mean:.{digits}f} ± {std:.{digits}f}"
 
 
 def markdown_table(columns: list[str], rows: list[list]) -> str:

@@ -1,0 +1,106 @@
+"""The SEED paper's claims on any BEIR-layout collection, in one command: an ablation table of pre-training arms.
+
+Arms: MLM only (λ = 0), SEED (3-layer decoder, attention span 2) and a strong decoder (3 layers, full causal
+span); with --sweep, decoder depth {1, 3} x span {2, 8, full}. Each arm is pre-trained with the same tokenizer,
+text, steps, batch, learning-rate schedule and seed, from scratch or continuing an existing encoder; its [CLS]
+encoder is evaluated on --split (nDCG@10, Recall@100) zero-shot and after few-shot fine-tuning on k training
+queries (the same queries and recipe for every arm). Per arm: cls_information on the pre-training validation
+split (how many nats per token the decoder takes from [CLS]) and the wall time. Repeated over seeds: mean ±
+standard deviation. An interrupted table, rerun with the same command, continues where it stopped.
+
+    python benchmarks/paper_table.py --data_dir ../shared/data/scifact --budget cpu-hour --output_json table.json
+    python benchmarks/paper_table.py --data_dir DIR --from path/to/all-MiniLM-L6-v2 --budget gpu-hour --sweep
+"""
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from ablation import BUDGETS, SCRATCH, Ablation, evaluations, select_arms
+from ablation_report import markdown, summarise
+from harness import limit_threads
+from training.common.cli import exit_status
+
+
+def few_shot_k(value: str) -> int | None:
+    if value == "all":
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"{value!r}: a number of training queries (at least 1) or 'all'")
+    return int(value)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    parser.add_argument(
+        "--data_dir", required=True,
+        help="A BEIR-layout folder (corpus.jsonl, queries.jsonl, qrels/<split>.tsv; qrels/train.tsv for few-shot).",
+    )
+    parser.add_argument("--split", default="test", help="The qrels split the arms are evaluated on.")
+    parser.add_argument(
+        "--from", dest="start", default=SCRATCH,
+        help="scratch: new models (the budget's shape) with a WordPiece tokenizer trained once on the pre-training "
+        "text and shared by every arm. Or a local encoder folder to continue pre-training: a BERT checkpoint (e.g. "
+        "the all-MiniLM-L6-v2 folder) warm-starts the encoder with a fresh decoder; a SEED folder keeps its decoder.",
+    )
+    parser.add_argument(
+        "--pretrain_files", nargs="+",
+        help="Pre-training text: plain text, JSON lines or parquet, as training/pretrain.py --train_file takes. "
+        "Default: the collection's own corpus.jsonl (corpus-aware pre-training).",
+    )
+    parser.add_argument(
+        "--budget", choices=list(BUDGETS), default="cpu-hour",
+        help="Steps, batch, lengths, model shape, seeds and k for every arm. "
+        + "; ".join(f"{name}: {budget.description}" for name, budget in BUDGETS.items()) + ".",
+    )
+    parser.add_argument("--sweep", action="store_true", help="Arms: MLM only and decoder depth {1, 3} x span {2, 8, full}.")
+    parser.add_argument("--seeds", nargs="+", type=int, help="Seeds to repeat every arm with (default: the budget's).")
+    parser.add_argument(
+        "--few_shot", nargs="*", type=few_shot_k, metavar="K",
+        help="Training queries of each few-shot fine-tuning, numbers or 'all' (default: the budget's); none given: "
+        "zero-shot only.",
+    )
+    parser.add_argument(
+        "--work_dir", default="paper-table",
+        help="Models, step results (results.json), settings and the embedding cache; rerun with it to resume.",
+    )
+    parser.add_argument("--output_json", help="Write the table, every seed's results and the settings here as JSON.")
+    return parser.parse_args(argv)
+
+
+def run_table(args: argparse.Namespace) -> str:
+    budget = BUDGETS[args.budget]
+    seeds = tuple(args.seeds or budget.seeds)
+    few_shot = tuple(budget.few_shot if args.few_shot is None else args.few_shot)
+    ablation = Ablation(Path(args.work_dir), args.data_dir, args.split, args.start, args.pretrain_files, budget)
+    arms = select_arms(args.sweep)
+    columns = evaluations(few_shot)
+
+    def report(results: dict) -> str:
+        rows = summarise(arms, results, columns)
+        table = markdown(rows)
+        if args.output_json:
+            Path(args.output_json).write_text(json.dumps({
+                "budget": args.budget, "budget_settings": asdict(budget), "seeds": list(seeds),
+                "evaluations": columns, "settings": ablation.settings,
+                "arms": rows, "markdown": table,
+            }, indent=2))
+        return table
+
+    results = ablation.run(arms, seeds, few_shot, after_each=report)
+    seeds_note = f"mean ± standard deviation over seeds {', '.join(map(str, seeds))}"
+    return f"\n{report(results)}\n\n{seeds_note}; budget {args.budget}: {budget.description}."
+
+
+def main(argv: list[str] | None = None) -> int:
+    limit_threads()
+    args = parse_args(argv)
+    return exit_status(lambda: run_table(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -71,7 +71,7 @@ def test_a_teacher_folder_without_a_model_is_refused(capsys, out, scifact_slice,
     "flags, named",
     [
         (["--negatives", "bm25", "--mining_rounds", "2"], "--mining_rounds"),
-        (["--teacher", "bm25"], "--teacher"),
+        (["--negatives", "none", "--teacher", "bm25"], "--teacher"),
         (["--negatives", "bm25", "--negatives_range_min", "30", "--negatives_range_max", "20"], "--negatives_range_min"),
         (["--train_file", "pairs.jsonl"], "--train_file"),
         (["--corpus_file", "passages.txt"], "--corpus_file"),

@@ -187,7 +187,7 @@ def finetune_in_rounds(
 ) -> Path:
     output_dir = Path(training_args.output_dir)
     batch_size = training_args.per_device_eval_batch_size
-    evaluator = RetrievalEvaluator(training_set.dev, name="dev", batch_size=batch_size)
+    evaluator = RetrievalEvaluator(training_set.dev, name="dev", batch_size=batch_size, show_progress_bar=True)
     start_metrics = evaluate_once(output_dir / START_METRICS_FILE, model, evaluator, training_args)
     teacher = load_teacher(recipe.teacher, training_set.corpus) if recipe.teacher else None
 
@@ -222,7 +222,7 @@ def finetune_in_rounds(
         split = data_args.eval_split
         test_metrics = evaluate_once(
             output_dir / f"{split}_metrics.json", final_model,
-            RetrievalEvaluator(test_collection, name=split, batch_size=batch_size), training_args,
+            RetrievalEvaluator(test_collection, name=split, batch_size=batch_size, show_progress_bar=True), training_args,
         )
     if training_args.process_index == 0:
         staged = staging_dir(str(output_dir))

@@ -27,9 +27,14 @@ def finetune(argv: list) -> int:
     return main([str(arg) for arg in argv])
 
 
+def round_dir(output_dir: Path, round_number: int) -> Path:
+    """Where a run keeps round N: its examples, checkpoints, dev metrics and model."""
+    return output_dir / "finetuning" / f"round-{round_number}"
+
+
 def round_examples(output_dir: Path, round_number: int) -> list[tuple[str, str, list[str]]]:
     """(query id, positive id, negative ids) of every training example of a round."""
-    saved = json.loads((output_dir / f"round-{round_number}" / "examples.json").read_text())
+    saved = json.loads((round_dir(output_dir, round_number) / "examples.json").read_text())
     return [tuple(example) for example in saved["examples"]]
 
 

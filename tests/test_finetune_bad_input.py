@@ -5,7 +5,6 @@ import json
 import shutil
 
 import pytest
-
 from finetune_helpers import TINY_FINETUNE, finetune
 
 

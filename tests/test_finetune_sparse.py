@@ -8,7 +8,7 @@ import sys
 import pytest
 from sentence_transformers import SparseEncoder
 
-from finetune_helpers import TINY_FINETUNE, assert_drawn_from_ranks, finetune, round_examples
+from finetune_helpers import TINY_FINETUNE, assert_drawn_from_ranks, finetune, round_dir, round_examples
 from pretrain_helpers import subprocess_env
 from test_finetune import judged_positives
 from training.evaluation.collection import load_collection
@@ -28,10 +28,10 @@ def sparse_run(scifact_slice, tiny_seed_dir, tmp_path_factory):
 
 
 def test_sparse_training_lowers_the_ranking_loss_and_the_flops(sparse_run):
-    history = json.loads((sparse_run / "round-1" / "trainer_state.json").read_text())["log_history"]
+    history = json.loads((round_dir(sparse_run, 1) / "trainer_state.json").read_text())["log_history"]
     ranking_losses = [entry["base_loss"] for entry in history if "base_loss" in entry]
-    start = json.loads((sparse_run / "start_dev_metrics.json").read_text())
-    final = json.loads((sparse_run / "round-2" / "dev_metrics.json").read_text())
+    start = json.loads((sparse_run / "finetuning" / "start_dev_metrics.json").read_text())
+    final = json.loads((round_dir(sparse_run, 2) / "dev_metrics.json").read_text())
 
     assert ranking_losses[-1] < ranking_losses[0]
     # FLOPS: expected multiplications per query-document pair of the dev collection, as the SPLADE papers count them.
@@ -42,7 +42,7 @@ def test_sparse_training_lowers_the_ranking_loss_and_the_flops(sparse_run):
 def test_self_mined_sparse_negatives_come_from_its_own_index_and_are_never_judged_positives(sparse_run, scifact_slice):
     positives = judged_positives(scifact_slice)
     second = round_examples(sparse_run, 2)
-    round_one_model = SparseEncoder(str(sparse_run / "round-1" / "model"))
+    round_one_model = SparseEncoder(str(round_dir(sparse_run, 1) / "model"))
 
     assert [negatives for *_, negatives in round_examples(sparse_run, 1)] != [negatives for *_, negatives in second]
     assert_drawn_from_ranks(round_one_model, load_collection(str(scifact_slice), "train"), second, low=2, high=20)

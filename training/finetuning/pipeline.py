@@ -21,7 +21,14 @@ import modeling_seed  # noqa: F401  (registers SEED with the Auto classes in eve
 
 from ..common.errors import InputError
 from ..common.models import model_kind
-from ..common.output_dir import clear_output_dir, folder_content, output_dir_lock, publish_final_model, staging_dir
+from ..common.output_dir import (
+    clear_output_dir,
+    folder_content,
+    output_dir_lock,
+    publish_final_model,
+    push_final_model,
+    staging_dir,
+)
 from ..evaluation.collection import Collection, load_collection
 from ..evaluation.evaluator import RetrievalEvaluator
 from .arguments import FinetuningDataArguments, FinetuningModelArguments, RecipeArguments, SeedFinetuningArguments
@@ -33,7 +40,9 @@ from .rounds import RoundPlan, prepare_examples, train_round, write_json_atomica
 from .teachers import check_teacher_specs, load_teacher
 
 logger = logging.getLogger(__name__)
-RUN_FILE = "finetuning_run.json"
+# Everything but the final model: the run's arguments, metrics and rounds. Left out of Hub uploads.
+STATE_DIR = "finetuning"
+RUN_FILE = "run.json"
 START_METRICS_FILE = "start_dev_metrics.json"
 
 
@@ -81,7 +90,7 @@ def check_output_dir(output_dir: Path, description: dict) -> None:
     """Refuse a folder that holds something other than this run (to resume) or nothing."""
     if not output_dir.is_dir() or not folder_content(output_dir):
         return
-    run_file = output_dir / RUN_FILE
+    run_file = output_dir / STATE_DIR / RUN_FILE
     if not run_file.is_file():
         raise InputError(
             f"--output_dir {output_dir}: the folder is not empty and holds no fine-tuning run to continue. Choose "
@@ -109,7 +118,8 @@ def prepare_output_dir(output_dir: Path, description: dict, overwrite: bool) -> 
         check_output_dir(output_dir, description)
     except InputError as error:
         return str(error)
-    write_json_atomically(output_dir / RUN_FILE, description)
+    (output_dir / STATE_DIR).mkdir(parents=True, exist_ok=True)
+    write_json_atomically(output_dir / STATE_DIR / RUN_FILE, description)
     return None
 
 
@@ -135,6 +145,7 @@ def round_arguments(training_args: SeedFinetuningArguments, folder: Path) -> See
     A copy, not `dataclasses.replace`: re-running __post_init__ on parsed arguments is not idempotent."""
     round_args = copy.copy(training_args)
     round_args.output_dir = str(folder)
+    round_args.push_to_hub = False  # the final folder is uploaded once, when complete
     return round_args
 
 
@@ -186,12 +197,13 @@ def finetune_in_rounds(
     test_collection: Collection | None,
 ) -> Path:
     output_dir = Path(training_args.output_dir)
+    state_dir = output_dir / STATE_DIR
     batch_size = training_args.per_device_eval_batch_size
     evaluator = RetrievalEvaluator(training_set.dev, name="dev", batch_size=batch_size, show_progress_bar=True)
-    start_metrics = evaluate_once(output_dir / START_METRICS_FILE, model, evaluator, training_args)
+    start_metrics = evaluate_once(state_dir / START_METRICS_FILE, model, evaluator, training_args)
     teacher = load_teacher(recipe.teacher, training_set.corpus) if recipe.teacher else None
 
-    plans = [RoundPlan(number, output_dir / f"round-{number}") for number in range(1, recipe.mining_rounds + 1)]
+    plans = [RoundPlan(number, state_dir / f"round-{number}") for number in range(1, recipe.mining_rounds + 1)]
     for plan in plans:
         if plan.is_complete:
             model = family.load(str(plan.model_dir), model_args)
@@ -221,7 +233,7 @@ def finetune_in_rounds(
     if test_collection is not None:
         split = data_args.eval_split
         test_metrics = evaluate_once(
-            output_dir / f"{split}_metrics.json", final_model,
+            state_dir / f"{split}_metrics.json", final_model,
             RetrievalEvaluator(test_collection, name=split, batch_size=batch_size, show_progress_bar=True), training_args,
         )
     if training_args.process_index == 0:
@@ -245,4 +257,6 @@ def finetune_in_rounds(
             extra_columns=("query_active_dims", "document_active_dims", "flops") if family.sparse else (),
         )
         publish_final_model(str(output_dir))
+        if training_args.push_to_hub:
+            push_final_model(training_args, "seed-encoder fine-tuning: final model", (STATE_DIR, f"{STATE_DIR}/**"))
     return output_dir

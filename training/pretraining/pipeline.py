@@ -15,6 +15,7 @@ from ..common.output_dir import (
     find_existing_run,
     output_dir_lock,
     publish_final_model,
+    push_final_model,
     staging_dir,
 )
 from .arguments import DataArguments, ModelArguments, SeedPretrainingArguments
@@ -33,21 +34,6 @@ def _describe_data(data_args: DataArguments) -> str:
     if data_args.train_file:
         return ", ".join(f"`{Path(name).name}`" for name in data_args.train_file)
     return "CPython's bundled reference documentation (`pydoc_data.topics`), the no-download default corpus"
-
-
-def push_final_model(training_args: SeedPretrainingArguments) -> None:
-    """Upload the final folder as it is (our model card included; checkpoints left out)."""
-    from huggingface_hub import HfApi
-
-    api = HfApi(token=training_args.hub_token)
-    repo_id = training_args.hub_model_id or Path(training_args.output_dir).resolve().name
-    api.create_repo(repo_id, private=training_args.hub_private_repo, exist_ok=True)
-    api.upload_folder(
-        repo_id=repo_id,
-        folder_path=training_args.output_dir,
-        ignore_patterns=["checkpoint-*", "checkpoint-*/**", "*.tmp", ".*"],
-        commit_message="SEED-Encoder pretraining: final model",
-    )
 
 
 def run_pretraining(
@@ -201,5 +187,5 @@ def _pretrain(model_args: ModelArguments, data_args: DataArguments, training_arg
         card.save(staged / "README.md")
         publish_final_model(training_args.output_dir)
         if training_args.push_to_hub:
-            push_final_model(training_args)
+            push_final_model(training_args, "SEED-Encoder pretraining: final model")
     trainer.accelerator.wait_for_everyone()

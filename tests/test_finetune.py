@@ -5,16 +5,21 @@ BM25 and the model's own index over a slice of SciFact (30 train and 30 test que
 """
 
 import json
-import subprocess
-import sys
 
 import bm25s
 import numpy as np
 import pytest
 from sentence_transformers import SentenceTransformer
 
-from finetune_helpers import TINY_FINETUNE, assert_drawn_from_ranks, finetune, round_dir, round_examples
-from pretrain_helpers import max_abs_difference, subprocess_env, weights
+from finetune_helpers import (
+    TINY_FINETUNE,
+    assert_drawn_from_ranks,
+    finetune,
+    loaded_without_modeling_seed,
+    round_dir,
+    round_examples,
+)
+from pretrain_helpers import max_abs_difference, weights
 from training.evaluation.collection import load_collection
 
 
@@ -62,21 +67,11 @@ def test_second_round_re_mines_from_the_model_trained_in_the_first(self_mined, s
 
 
 def test_saved_model_loads_and_encodes_where_modeling_seed_is_not_installed(self_mined, tmp_path):
-    program = (
-        "import json, sys\n"
-        "sys.modules['modeling_seed'] = None  # the library is not importable here\n"
-        "from sentence_transformers import SentenceTransformer\n"
-        f"model = SentenceTransformer({str(self_mined)!r}, trust_remote_code=True)\n"
-        "embeddings = model.encode(['a query about cells', 'another text'])\n"
-        "print(json.dumps({'shape': list(embeddings.shape), 'pooling': model[1].pooling_mode,"
-        " 'class': type(model[0].auto_model).__name__}))\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", program], cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True, timeout=120
+    loaded = loaded_without_modeling_seed(
+        "SentenceTransformer", self_mined, tmp_path,
+        report="{'shape': list(output.shape), 'pooling': model[1].pooling_mode, 'class': type(model[0].auto_model).__name__}",
     )
 
-    assert result.returncode == 0, result.stderr[-2000:]
-    loaded = json.loads(result.stdout.strip().splitlines()[-1])
     assert loaded == {"shape": [2, 64], "pooling": "cls", "class": "SeedEncoderModel"}
 
 

@@ -2,14 +2,18 @@
 FLOPS regularisation and negatives re-mined from its own sparse index."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 from sentence_transformers import SparseEncoder
 
-from finetune_helpers import TINY_FINETUNE, assert_drawn_from_ranks, finetune, round_dir, round_examples
-from pretrain_helpers import subprocess_env
+from finetune_helpers import (
+    TINY_FINETUNE,
+    assert_drawn_from_ranks,
+    finetune,
+    loaded_without_modeling_seed,
+    round_dir,
+    round_examples,
+)
 from test_finetune import judged_positives
 from training.evaluation.collection import load_collection
 
@@ -51,22 +55,12 @@ def test_self_mined_sparse_negatives_come_from_its_own_index_and_are_never_judge
 
 
 def test_saved_sparse_model_loads_where_modeling_seed_is_not_installed(sparse_run, tmp_path):
-    program = (
-        "import json, sys\n"
-        "sys.modules['modeling_seed'] = None  # the library is not importable here\n"
-        "from sentence_transformers import SparseEncoder\n"
-        f"model = SparseEncoder({str(sparse_run)!r}, trust_remote_code=True)\n"
-        "vectors = model.encode(['a query about cells', 'another text'])\n"
-        "print(json.dumps({'is_sparse': vectors.is_sparse, 'shape': list(vectors.shape),"
-        " 'active': int((vectors.to_dense() != 0).sum())}))\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", program], cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True, timeout=120
+    loaded = loaded_without_modeling_seed(
+        "SparseEncoder", sparse_run, tmp_path,
+        report="{'is_sparse': output.is_sparse, 'rows': output.shape[0], 'active': int((output.to_dense() != 0).sum())}",
     )
 
-    assert result.returncode == 0, result.stderr[-2000:]
-    loaded = json.loads(result.stdout.strip().splitlines()[-1])
-    assert loaded["is_sparse"] and loaded["shape"][0] == 2 and loaded["active"] > 0
+    assert loaded["is_sparse"] and loaded["rows"] == 2 and loaded["active"] > 0
 
 
 def test_sparse_card_reports_active_dimensions_and_flops(sparse_run):

@@ -150,13 +150,14 @@ def round_arguments(training_args: SeedFinetuningArguments, folder: Path) -> See
 
 
 def evaluate_once(path: Path, model, evaluator, training_args) -> dict:
-    """The evaluator's metrics of `model`, computed once per output folder and kept in `path`."""
-    if path.is_file():
+    """The evaluator's metrics of `model`, computed once per output folder (by the main process) and kept in `path`."""
+
+    def evaluate() -> dict:
+        if not path.is_file():
+            write_json_atomically(path, evaluator(model))
         return json.loads(path.read_text())
-    metrics = evaluator(model)
-    if training_args.process_index == 0:
-        write_json_atomically(path, metrics)
-    return metrics
+
+    return on_main_process(training_args, evaluate)
 
 
 def run_finetuning(

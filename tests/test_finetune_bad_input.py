@@ -92,3 +92,12 @@ def test_sparse_on_a_checkpoint_without_an_mlm_head_is_refused(capsys, out, scif
     error = refused(capsys, out, ["--model_name_or_path", minilm_dir, "--data_dir", scifact_slice, "--sparse"])
 
     assert "masked-LM head" in error and "SEED pretraining folder" in error
+
+
+def test_an_empty_corpus_file_for_unsupervised_pairs_names_its_flag(capsys, out, tiny_seed_dir, tmp_path):
+    empty = tmp_path / "passages.txt"
+    empty.write_text("")
+
+    error = refused(capsys, out, ["--model_name_or_path", tiny_seed_dir, "--corpus_file", empty])
+
+    assert f"--corpus_file {empty}: the file is empty" in error

@@ -7,10 +7,10 @@ resumes from its last whole round or checkpoint; the final model is the round wi
 nDCG@10, and appears in the output folder only once it is complete.
 """
 
+import copy
 import json
 import logging
 import shutil
-import copy
 from dataclasses import asdict
 from pathlib import Path
 
@@ -19,6 +19,7 @@ from transformers import set_seed
 
 import modeling_seed  # noqa: F401  (registers SEED with the Auto classes in every process)
 
+from ..common.corpus import embedded_corpus_passages, load_raw_corpus
 from ..common.errors import InputError
 from ..common.models import model_kind
 from ..common.output_dir import (
@@ -53,10 +54,9 @@ def load_training_set(data_args: FinetuningDataArguments, seed: int) -> Training
         )
     if data_args.train_file:
         return training_set_from_pairs(data_args.train_file, data_args.dev_fraction, data_args.max_train_queries, seed)
-    from ..pretraining.corpus import embedded_corpus_passages, load_raw_corpus
-
     if data_args.corpus_file:
-        passages = load_raw_corpus(data_args.corpus_file, None, data_args.text_column)[data_args.text_column]
+        corpus = load_raw_corpus(data_args.corpus_file, None, data_args.text_column, argument="--corpus_file")
+        passages = corpus[data_args.text_column]
         description = ", ".join(f"`{Path(name).name}`" for name in data_args.corpus_file)
     else:
         passages = embedded_corpus_passages()

@@ -9,6 +9,7 @@ from transformers import set_seed
 import modeling_seed  # noqa: F401  (registers SEED with the Auto classes in every process)
 from modeling_seed import DataCollatorForSeedPretraining, SeedEncoderForPreTraining
 
+from ..common.corpus import load_raw_corpus
 from ..common.errors import InputError
 from ..common.output_dir import (
     clear_output_dir,
@@ -19,10 +20,9 @@ from ..common.output_dir import (
     staging_dir,
 )
 from .arguments import DataArguments, ModelArguments, SeedPretrainingArguments
-from .corpus import load_raw_corpus, tokenize_corpus
 from .model_card import LOSS_PLOT, plot_loss_curves, render_model_card
 from .model_source import check_lengths, check_same_model, check_vocabulary, resolve_model_source
-from .tokenizer import load_tokenizer, train_wordpiece_tokenizer
+from .tokenizer import load_tokenizer, tokenize_corpus, train_wordpiece_tokenizer
 from .trainer import SeedPretrainingTrainer
 
 logger = logging.getLogger(__name__)

@@ -222,7 +222,12 @@ class SeedFinetuningArguments(SentenceTransformerTrainingArguments, SparseEncode
     logging_steps: float = field(default=5, metadata={"help": "Log the training loss every N steps."})
     logging_first_step: bool = field(default=True, metadata={"help": "Also log the first step's loss."})
     eval_strategy: str = field(
-        default="epoch", metadata={"help": "When to evaluate on the dev split: no, steps (--eval_steps) or epoch."}
+        default="no",
+        metadata={
+            "help": "When to evaluate on the dev split within a round: no, steps (--eval_steps) or epoch. The dev split "
+            "is always evaluated before training and at the end of every round (which picks the final model); each "
+            "evaluation encodes the whole corpus."
+        },
     )
     save_strategy: str = field(default="steps", metadata={"help": "When to save resumable checkpoints: steps or epoch."})
     save_steps: float = field(default=50, metadata={"help": "Save a resumable checkpoint every N steps."})

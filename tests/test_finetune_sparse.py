@@ -65,6 +65,12 @@ def test_saved_sparse_model_loads_where_modeling_seed_is_not_installed(sparse_ru
 
 def test_sparse_card_reports_active_dimensions_and_flops(sparse_run):
     card = (sparse_run / "README.md").read_text()
+    round_two = json.loads((round_dir(sparse_run, 2) / "dev_metrics.json").read_text())
 
     assert "SparseEncoder" in card and "SPLADE" in card and "SpladeLoss" in card
-    assert "flops" in card.lower() and "active" in card.lower()
+    assert "| query dims | doc dims | FLOPS |" in card
+    row = next(line for line in card.splitlines() if line.startswith("| round 2"))
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert cells[-3:] == [
+        str(round(round_two[f"dev_{stat}"], 4)) for stat in ("query_active_dims", "document_active_dims", "flops")
+    ]

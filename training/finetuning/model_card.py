@@ -80,7 +80,7 @@ def describe_recipe(recipe, loss) -> dict:
 
 def write_model_card(
     folder: Path, *, plans, best, start_metrics, test_metrics, model_args, data_args, recipe_summary, training_args,
-    training_set, starting_kind, model_class: str, model_description: str, extra_columns: tuple = (),
+    training_set, starting_kind, model_class: str, model_description: str, extra_columns: list[tuple[str, str]],
 ) -> None:
     """Append the fine-tuning section to the card sentence-transformers wrote into `folder`, with its plot."""
     metric_key = f"dev_{PRIMARY_METRIC}"

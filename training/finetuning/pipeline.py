@@ -32,6 +32,7 @@ from ..common.output_dir import (
 )
 from ..evaluation.collection import Collection, load_collection
 from ..evaluation.evaluator import RetrievalEvaluator
+from ..evaluation.report import STAT_COLUMNS
 from .arguments import FinetuningDataArguments, FinetuningModelArguments, RecipeArguments, SeedFinetuningArguments
 from .data import TrainingSet, training_set_from_beir, training_set_from_crops, training_set_from_pairs
 from .examples import examples_dataset
@@ -255,7 +256,7 @@ def finetune_in_rounds(
             starting_kind=model_kind(model_args.model_name_or_path),
             model_class=family.name,
             model_description=family.describe(final_model),
-            extra_columns=("query_active_dims", "document_active_dims", "flops") if family.sparse else (),
+            extra_columns=[(stat, header) for stat, header, _ in STAT_COLUMNS] if family.sparse else [],
         )
         publish_final_model(str(output_dir))
         if training_args.push_to_hub:

@@ -1,10 +1,13 @@
 """What the fine-tuning specifications share: the script, a tiny run's flags, and reading a run's rounds."""
 
 import json
+import subprocess
+import sys
 
 import torch
 from pathlib import Path
 
+from pretrain_helpers import subprocess_env
 from training.finetune import main
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -27,9 +30,14 @@ def finetune(argv: list) -> int:
     return main([str(arg) for arg in argv])
 
 
+def round_dir(output_dir: Path, round_number: int) -> Path:
+    """Where a run keeps round N: its examples, checkpoints, dev metrics and model."""
+    return output_dir / "finetuning" / f"round-{round_number}"
+
+
 def round_examples(output_dir: Path, round_number: int) -> list[tuple[str, str, list[str]]]:
     """(query id, positive id, negative ids) of every training example of a round."""
-    saved = json.loads((output_dir / f"round-{round_number}" / "examples.json").read_text())
+    saved = json.loads((round_dir(output_dir, round_number) / "examples.json").read_text())
     return [tuple(example) for example in saved["examples"]]
 
 
@@ -45,3 +53,22 @@ def assert_drawn_from_ranks(model, collection, examples, low: int, high: int) ->
         for doc_id in negatives:
             score = scores[corpus_ids.index(doc_id)]
             assert ranked[high - 1] - 1e-5 <= score <= ranked[low] + 1e-5, (query_id, doc_id)
+
+
+def loaded_without_modeling_seed(model_class: str, folder: Path, cwd: Path, report: str) -> dict:
+    """Load `folder` as sentence-transformers' `model_class` with trust_remote_code=True in a fresh interpreter
+    where `modeling_seed` cannot be imported, encode two texts into `output`, and return the dict the Python
+    expression `report` makes of `model` and `output`."""
+    program = (
+        "import json, sys\n"
+        "sys.modules['modeling_seed'] = None  # the library is not importable here\n"
+        f"from sentence_transformers import {model_class}\n"
+        f"model = {model_class}({str(folder)!r}, trust_remote_code=True)\n"
+        "output = model.encode(['a query about cells', 'another text'])\n"
+        f"print(json.dumps({report}))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", program], cwd=cwd, env=subprocess_env(), capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])

@@ -5,7 +5,6 @@ import json
 import shutil
 
 import pytest
-
 from finetune_helpers import TINY_FINETUNE, finetune
 
 
@@ -71,7 +70,7 @@ def test_a_teacher_folder_without_a_model_is_refused(capsys, out, scifact_slice,
     "flags, named",
     [
         (["--negatives", "bm25", "--mining_rounds", "2"], "--mining_rounds"),
-        (["--teacher", "bm25"], "--teacher"),
+        (["--negatives", "none", "--teacher", "bm25"], "--teacher"),
         (["--negatives", "bm25", "--negatives_range_min", "30", "--negatives_range_max", "20"], "--negatives_range_min"),
         (["--train_file", "pairs.jsonl"], "--train_file"),
         (["--corpus_file", "passages.txt"], "--corpus_file"),
@@ -93,3 +92,12 @@ def test_sparse_on_a_checkpoint_without_an_mlm_head_is_refused(capsys, out, scif
     error = refused(capsys, out, ["--model_name_or_path", minilm_dir, "--data_dir", scifact_slice, "--sparse"])
 
     assert "masked-LM head" in error and "SEED pretraining folder" in error
+
+
+def test_an_empty_corpus_file_for_unsupervised_pairs_names_its_flag(capsys, out, tiny_seed_dir, tmp_path):
+    empty = tmp_path / "passages.txt"
+    empty.write_text("")
+
+    error = refused(capsys, out, ["--model_name_or_path", tiny_seed_dir, "--corpus_file", empty])
+
+    assert f"--corpus_file {empty}: the file is empty" in error

@@ -12,7 +12,7 @@ import time
 import pytest
 from sentence_transformers import SentenceTransformer
 
-from finetune_helpers import FINETUNE_SCRIPT, TINY_FINETUNE, finetune
+from finetune_helpers import FINETUNE_SCRIPT, TINY_FINETUNE, finetune, round_dir
 from pretrain_helpers import REPO_ROOT, max_abs_difference, subprocess_env, weights
 
 
@@ -43,7 +43,7 @@ def test_run_killed_in_its_second_round_resumes_to_identical_weights(tmp_path, c
     uninterrupted = tmp_path / "uninterrupted"
     assert finetune(command(uninterrupted)) == 0
     out = tmp_path / "killed"
-    checkpoint = out / "round-2" / "checkpoint-2" / "trainer_state.json"
+    checkpoint = round_dir(out, 2) / "checkpoint-2" / "trainer_state.json"
     with open(tmp_path / "killed.log", "w") as log:
         process = subprocess.Popen(
             [sys.executable, str(FINETUNE_SCRIPT), *map(str, command(out))],
@@ -57,7 +57,7 @@ def test_run_killed_in_its_second_round_resumes_to_identical_weights(tmp_path, c
         os.kill(process.pid, signal.SIGKILL)
         assert process.wait(timeout=30) == -signal.SIGKILL
     assert not (out / "config.json").exists()
-    resumed_from = global_step(last_checkpoint(out / "round-2"))
+    resumed_from = global_step(last_checkpoint(round_dir(out, 2)))
 
     resumed = subprocess.run(
         [sys.executable, str(FINETUNE_SCRIPT), *map(str, command(out))],
@@ -65,19 +65,19 @@ def test_run_killed_in_its_second_round_resumes_to_identical_weights(tmp_path, c
     )
 
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert json.loads((out / "round-1" / "examples.json").read_text()) == json.loads(
-        (uninterrupted / "round-1" / "examples.json").read_text()
+    assert json.loads((round_dir(out, 1) / "examples.json").read_text()) == json.loads(
+        (round_dir(uninterrupted, 1) / "examples.json").read_text()
     )
     assert max_abs_difference(weights(out), weights(uninterrupted)) <= 1e-6
     # Round 1 was whole and round 2 continued from its checkpoint: the rerun trained only the steps after it.
-    round_two_steps = global_step(uninterrupted / "round-2")
+    round_two_steps = global_step(round_dir(uninterrupted, 2))
     assert resumed.stdout.count("{'loss'") == round_two_steps - resumed_from
 
 
 def test_a_folder_holding_another_run_is_refused(tmp_path, command, capsys):
     out = tmp_path / "other"
-    out.mkdir()
-    (out / "finetuning_run.json").write_text(json.dumps({"recipe": {"negatives": "none"}}))
+    (out / "finetuning").mkdir(parents=True)
+    (out / "finetuning" / "run.json").write_text(json.dumps({"recipe": {"negatives": "none"}}))
 
     assert finetune(command(out)) == 2
 

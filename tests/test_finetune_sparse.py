@@ -2,14 +2,18 @@
 FLOPS regularisation and negatives re-mined from its own sparse index."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 from sentence_transformers import SparseEncoder
 
-from finetune_helpers import TINY_FINETUNE, assert_drawn_from_ranks, finetune, round_examples
-from pretrain_helpers import subprocess_env
+from finetune_helpers import (
+    TINY_FINETUNE,
+    assert_drawn_from_ranks,
+    finetune,
+    loaded_without_modeling_seed,
+    round_dir,
+    round_examples,
+)
 from test_finetune import judged_positives
 from training.evaluation.collection import load_collection
 
@@ -28,10 +32,10 @@ def sparse_run(scifact_slice, tiny_seed_dir, tmp_path_factory):
 
 
 def test_sparse_training_lowers_the_ranking_loss_and_the_flops(sparse_run):
-    history = json.loads((sparse_run / "round-1" / "trainer_state.json").read_text())["log_history"]
+    history = json.loads((round_dir(sparse_run, 1) / "trainer_state.json").read_text())["log_history"]
     ranking_losses = [entry["base_loss"] for entry in history if "base_loss" in entry]
-    start = json.loads((sparse_run / "start_dev_metrics.json").read_text())
-    final = json.loads((sparse_run / "round-2" / "dev_metrics.json").read_text())
+    start = json.loads((sparse_run / "finetuning" / "start_dev_metrics.json").read_text())
+    final = json.loads((round_dir(sparse_run, 2) / "dev_metrics.json").read_text())
 
     assert ranking_losses[-1] < ranking_losses[0]
     # FLOPS: expected multiplications per query-document pair of the dev collection, as the SPLADE papers count them.
@@ -42,7 +46,7 @@ def test_sparse_training_lowers_the_ranking_loss_and_the_flops(sparse_run):
 def test_self_mined_sparse_negatives_come_from_its_own_index_and_are_never_judged_positives(sparse_run, scifact_slice):
     positives = judged_positives(scifact_slice)
     second = round_examples(sparse_run, 2)
-    round_one_model = SparseEncoder(str(sparse_run / "round-1" / "model"))
+    round_one_model = SparseEncoder(str(round_dir(sparse_run, 1) / "model"))
 
     assert [negatives for *_, negatives in round_examples(sparse_run, 1)] != [negatives for *_, negatives in second]
     assert_drawn_from_ranks(round_one_model, load_collection(str(scifact_slice), "train"), second, low=2, high=20)
@@ -51,26 +55,22 @@ def test_self_mined_sparse_negatives_come_from_its_own_index_and_are_never_judge
 
 
 def test_saved_sparse_model_loads_where_modeling_seed_is_not_installed(sparse_run, tmp_path):
-    program = (
-        "import json, sys\n"
-        "sys.modules['modeling_seed'] = None  # the library is not importable here\n"
-        "from sentence_transformers import SparseEncoder\n"
-        f"model = SparseEncoder({str(sparse_run)!r}, trust_remote_code=True)\n"
-        "vectors = model.encode(['a query about cells', 'another text'])\n"
-        "print(json.dumps({'is_sparse': vectors.is_sparse, 'shape': list(vectors.shape),"
-        " 'active': int((vectors.to_dense() != 0).sum())}))\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", program], cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True, timeout=120
+    loaded = loaded_without_modeling_seed(
+        "SparseEncoder", sparse_run, tmp_path,
+        report="{'is_sparse': output.is_sparse, 'rows': output.shape[0], 'active': int((output.to_dense() != 0).sum())}",
     )
 
-    assert result.returncode == 0, result.stderr[-2000:]
-    loaded = json.loads(result.stdout.strip().splitlines()[-1])
-    assert loaded["is_sparse"] and loaded["shape"][0] == 2 and loaded["active"] > 0
+    assert loaded["is_sparse"] and loaded["rows"] == 2 and loaded["active"] > 0
 
 
 def test_sparse_card_reports_active_dimensions_and_flops(sparse_run):
     card = (sparse_run / "README.md").read_text()
+    round_two = json.loads((round_dir(sparse_run, 2) / "dev_metrics.json").read_text())
 
     assert "SparseEncoder" in card and "SPLADE" in card and "SpladeLoss" in card
-    assert "flops" in card.lower() and "active" in card.lower()
+    assert "| query dims | doc dims | FLOPS |" in card
+    row = next(line for line in card.splitlines() if line.startswith("| round 2"))
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert cells[-3:] == [
+        str(round(round_two[f"dev_{stat}"], 4)) for stat in ("query_active_dims", "document_active_dims", "flops")
+    ]

@@ -159,3 +159,19 @@ def publish_final_model(output_dir: str) -> None:
             shutil.rmtree(target)
         path.replace(target)
     staged.rmdir()
+
+
+def push_final_model(training_args, commit_message: str, ignore_patterns: tuple[str, ...] = ()) -> None:
+    """Upload the final folder as it is (our model card included; checkpoints, hidden files and
+    `ignore_patterns` left out) to `--hub_model_id`, or a repository named after the folder."""
+    from huggingface_hub import HfApi
+
+    api = HfApi(token=training_args.hub_token)
+    repo_id = training_args.hub_model_id or Path(training_args.output_dir).resolve().name
+    api.create_repo(repo_id, private=training_args.hub_private_repo, exist_ok=True)
+    api.upload_folder(
+        repo_id=repo_id,
+        folder_path=training_args.output_dir,
+        ignore_patterns=["checkpoint-*", "checkpoint-*/**", "*.tmp", ".*", *ignore_patterns],
+        commit_message=commit_message,
+    )

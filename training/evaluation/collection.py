@@ -1,13 +1,12 @@
 """A BEIR-layout collection: `corpus.jsonl`, `queries.jsonl` and `qrels/<split>.tsv`, read with checks that name the
 file and line of anything wrong."""
 
-import json
 import logging
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..common.errors import InputError
+from ..common.json_lines import json_lines
 
 logger = logging.getLogger(__name__)
 
@@ -27,37 +26,9 @@ class Collection:
     qrels: dict[str, dict[str, int]]  # query id -> {document id: graded relevance}; 0 = judged not relevant
 
 
-def _existing(path: Path) -> Path:
-    if not path.is_file():
-        raise InputError(f"{path}: no such file. {LAYOUT}")
-    return path
-
-
-def _jsonl_records(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict]]:
-    """(line number, record) for every non-blank line, each a JSON object with the `required` fields."""
-    with _existing(path).open(encoding="utf-8") as handle:
-        try:
-            lines = list(handle)
-        except UnicodeDecodeError as error:
-            raise InputError(f"{path}: not UTF-8 text ({error}). Save the file as UTF-8.") from None
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise InputError(f"{path}, line {number}: not valid JSON ({error.msg}). Fix or remove the line.") from None
-        missing = [name for name in required if not isinstance(record, dict) or name not in record]
-        if missing:
-            raise InputError(
-                f"{path}, line {number}: the record has no {', '.join(repr(name) for name in missing)} field. {LAYOUT}"
-            )
-        yield number, record
-
-
 def _records_by_id(path: Path, required: tuple[str, ...]) -> dict[str, dict]:
     records, lines = {}, {}
-    for number, record in _jsonl_records(path, required):
+    for number, record in json_lines(path, required, hint=LAYOUT):
         identifier = str(record["_id"])
         if identifier in records:
             raise InputError(

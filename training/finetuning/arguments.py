@@ -116,10 +116,11 @@ class FinetuningDataArguments:
 @dataclass
 class RecipeArguments:
     negatives: str = field(
-        default="none",
+        default="self",
         metadata={
-            "help": "Hard negatives: none (in-batch only), bm25 (mined once before training), or self (ANCE-style: "
-            "each later round re-mines from the current model's own index; the first round uses BM25)."
+            "help": "Hard negatives: self (ANCE-style, the default: BM25 in the first round, then re-mined from the "
+            "current model's own index before each later round), bm25 (mined once before training), or none "
+            "(in-batch negatives only; a --train_file's own negatives are used when it has them)."
         },
     )
     negatives_per_query: int = field(default=1, metadata={"help": "Mined negatives per training pair."})
@@ -130,8 +131,12 @@ class RecipeArguments:
         },
     )
     negatives_range_max: int = field(default=50, metadata={"help": "Mine negatives from ranks up to N."})
-    mining_rounds: int = field(
-        default=1, metadata={"help": "Training rounds; with --negatives self, negatives are re-mined before each later one."}
+    mining_rounds: int | None = field(
+        default=None,
+        metadata={
+            "help": "Training rounds; with --negatives self, negatives are re-mined before each later one. Default: 2 "
+            "with --negatives self, else 1."
+        },
     )
     teacher: list[str] | None = field(
         default=None,
@@ -159,6 +164,8 @@ class RecipeArguments:
             raise InputError(f"--negatives {self.negatives}: expected one of {', '.join(NEGATIVE_SOURCES)}.")
         if self.distillation not in DISTILLATION_LOSSES:
             raise InputError(f"--distillation {self.distillation}: expected one of {', '.join(DISTILLATION_LOSSES)}.")
+        if self.mining_rounds is None:
+            self.mining_rounds = 2 if self.negatives == "self" else 1
         if self.mining_rounds < 1:
             raise InputError(f"--mining_rounds {self.mining_rounds}: must be at least 1.")
         if self.mining_rounds > 1 and self.negatives != "self":
@@ -208,14 +215,19 @@ class SeedFinetuningArguments(SentenceTransformerTrainingArguments, SparseEncode
     per_device_train_batch_size: int = field(default=32, metadata={"help": "Training pairs per device and step."})
     per_device_eval_batch_size: int = field(default=64, metadata={"help": "Texts per encoding batch in evaluation."})
     learning_rate: float = field(default=2e-5, metadata={"help": "Peak AdamW learning rate."})
-    num_train_epochs: float = field(default=1.0, metadata={"help": "Epochs over the training pairs in each round."})
+    num_train_epochs: float = field(default=2.0, metadata={"help": "Epochs over the training pairs in each round."})
     warmup_steps: float = field(
         default=0.1, metadata={"help": "Warm-up: a number of steps, or a fraction of a round's steps when below 1."}
     )
     logging_steps: float = field(default=5, metadata={"help": "Log the training loss every N steps."})
     logging_first_step: bool = field(default=True, metadata={"help": "Also log the first step's loss."})
     eval_strategy: str = field(
-        default="epoch", metadata={"help": "When to evaluate on the dev split: no, steps (--eval_steps) or epoch."}
+        default="no",
+        metadata={
+            "help": "When to evaluate on the dev split within a round: no, steps (--eval_steps) or epoch. The dev split "
+            "is always evaluated before training and at the end of every round (which picks the final model); each "
+            "evaluation encodes the whole corpus."
+        },
     )
     save_strategy: str = field(default="steps", metadata={"help": "When to save resumable checkpoints: steps or epoch."})
     save_steps: float = field(default=50, metadata={"help": "Save a resumable checkpoint every N steps."})

@@ -6,12 +6,12 @@ passages of a corpus, paired Contriever-style as two independent random crops of
 """
 
 import hashlib
-import json
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..common.errors import InputError
+from ..common.json_lines import json_lines
 from ..evaluation.collection import Collection, load_collection
 
 DEV_SPLIT = "dev"
@@ -68,6 +68,23 @@ def _subset(collection: Collection, query_ids, name: str) -> Collection:
     )
 
 
+def _with_held_out_dev(
+    whole: Collection, dev_fraction: float, max_train_queries: int | None, seed: int, source: str
+) -> TrainingSet:
+    """Training queries of `whole` with `dev_fraction` of them held out as the dev collection (same corpus)."""
+    query_ids, dev_ids = _split_off(_with_positives(whole), dev_fraction, seed)
+    query_ids = _few_shot(query_ids, max_train_queries, seed)
+    kept = _subset(whole, query_ids, "train")
+    few_shot = f" (few-shot: drawn with seed {seed})" if max_train_queries else ""
+    return TrainingSet(
+        queries=kept.queries,
+        corpus=whole.corpus,
+        qrels=kept.qrels,
+        dev=_subset(whole, dev_ids, DEV_SPLIT),
+        description=f"{source}: {len(query_ids)} training queries{few_shot}; dev: {len(dev_ids)} of them held out",
+    )
+
+
 def _with_positives(collection: Collection) -> list[str]:
     return [query_id for query_id, judged in collection.qrels.items() if any(rel > 0 for rel in judged.values())]
 
@@ -77,23 +94,16 @@ def training_set_from_beir(
 ) -> TrainingSet:
     """The train split of a BEIR folder; dev is qrels/dev.tsv when present, else held-out training queries."""
     train = load_collection(data_dir, "train", skip_unknown_ids=skip_unknown_ids)
-    query_ids = _with_positives(train)
-    if (Path(data_dir) / "qrels" / f"{DEV_SPLIT}.tsv").is_file():
-        dev = load_collection(data_dir, DEV_SPLIT, skip_unknown_ids=skip_unknown_ids)
-        dev_note = "the collection's dev split"
-    else:
-        query_ids, dev_ids = _split_off(query_ids, dev_fraction, seed)
-        dev = _subset(train, dev_ids, DEV_SPLIT)
-        dev_note = f"{len(dev_ids)} training queries held out"
-    query_ids = _few_shot(query_ids, max_train_queries, seed)
+    source = f"`{Path(data_dir).name}` train split"
+    if not (Path(data_dir) / "qrels" / f"{DEV_SPLIT}.tsv").is_file():
+        return _with_held_out_dev(train, dev_fraction, max_train_queries, seed, source)
+    dev = load_collection(data_dir, DEV_SPLIT, skip_unknown_ids=skip_unknown_ids, corpus=train.corpus)
+    query_ids = _few_shot(_with_positives(train), max_train_queries, seed)
     kept = _subset(train, query_ids, "train")
-    few_shot = f" (few-shot: {len(query_ids)} queries drawn with seed {seed})" if max_train_queries else ""
+    few_shot = f" (few-shot: drawn with seed {seed})" if max_train_queries else ""
     return TrainingSet(
-        queries=kept.queries,
-        corpus=train.corpus,
-        qrels=kept.qrels,
-        dev=dev,
-        description=f"`{Path(data_dir).name}` train split, {len(query_ids)} queries{few_shot}; dev: {dev_note}",
+        queries=kept.queries, corpus=train.corpus, qrels=kept.qrels, dev=dev,
+        description=f"{source}: {len(query_ids)} training queries{few_shot}; dev: the collection's dev split",
     )
 
 
@@ -101,32 +111,22 @@ def _text_id(prefix: str, text: str) -> str:
     return f"{prefix}{hashlib.sha1(text.encode()).hexdigest()[:16]}"
 
 
+PAIRS_FORMAT = 'Each line is one JSON object like {"query": "...", "positive": "...", "negatives": ["...", ...]}.'
+
+
 def _read_pairs(path: Path) -> list[dict]:
-    if not path.is_file():
-        raise InputError(f"--train_file {path}: no such file.")
     records = []
-    with path.open(encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise InputError(
-                    f"--train_file {path}, line {line_number}: not valid JSON ({error.msg}). Each line must be one "
-                    'JSON object like {"query": "...", "positive": "...", "negatives": ["..."]}.'
-                ) from None
-            missing = [name for name in PAIR_FIELDS if not isinstance(record, dict) or not isinstance(record.get(name), str)]
-            negatives = record.get("negatives", []) if isinstance(record, dict) else []
-            if missing or not isinstance(negatives, list) or not all(isinstance(text, str) for text in negatives):
-                fields = ", ".join(record) if isinstance(record, dict) else type(record).__name__
-                raise InputError(
-                    f"--train_file {path}, line {line_number}: needs text fields 'query' and 'positive' and, optionally, "
-                    f"'negatives' as a list of texts (it has: {fields})."
-                )
-            records.append({"query": record["query"], "positive": record["positive"], "negatives": negatives})
+    for line_number, record in json_lines(path, PAIR_FIELDS, hint=PAIRS_FORMAT, argument="--train_file"):
+        negatives = record.get("negatives", [])
+        texts = [record["query"], record["positive"], *negatives] if isinstance(negatives, list) else [None]
+        if not all(isinstance(text, str) for text in texts):
+            raise InputError(
+                f"--train_file {path}, line {line_number}: 'query' and 'positive' must be texts and 'negatives' a list "
+                f"of texts. {PAIRS_FORMAT}"
+            )
+        records.append({"query": record["query"], "positive": record["positive"], "negatives": negatives})
     if not records:
-        raise InputError(f"--train_file {path}: no pairs (the file is empty or blank).")
+        raise InputError(f"--train_file {path}: no pairs (the file is empty or blank). {PAIRS_FORMAT}")
     return records
 
 
@@ -142,17 +142,9 @@ def training_set_from_pairs(path: str, dev_fraction: float, max_train_queries: i
             corpus[_text_id("d", text)] = text
             negatives.setdefault(query_id, []).append(_text_id("d", text))
     whole = Collection(name="train", corpus=corpus, queries=queries, qrels=qrels)
-    query_ids, dev_ids = _split_off(list(queries), dev_fraction, seed)
-    query_ids = _few_shot(query_ids, max_train_queries, seed)
-    kept = _subset(whole, query_ids, "train")
-    return TrainingSet(
-        queries=kept.queries,
-        corpus=corpus,
-        qrels=kept.qrels,
-        dev=_subset(whole, dev_ids, DEV_SPLIT),
-        description=f"`{Path(path).name}`, {len(query_ids)} queries; dev: {len(dev_ids)} queries held out",
-        given_negatives={query_id: ids for query_id, ids in negatives.items() if query_id in kept.queries},
-    )
+    training_set = _with_held_out_dev(whole, dev_fraction, max_train_queries, seed, f"`{Path(path).name}`")
+    training_set.given_negatives = {query_id: ids for query_id, ids in negatives.items() if query_id in training_set.queries}
+    return training_set
 
 
 def random_crop(words: list[str], rng: random.Random) -> str:
@@ -179,13 +171,6 @@ def training_set_from_crops(passages: list[str], dev_fraction: float, seed: int,
             "need at least 10. Pass a larger --corpus_file."
         )
     whole = Collection(name="train", corpus=corpus, queries=queries, qrels=qrels)
-    query_ids, dev_ids = _split_off(list(queries), dev_fraction, seed)
-    kept = _subset(whole, query_ids, "train")
-    return TrainingSet(
-        queries=kept.queries,
-        corpus=corpus,
-        qrels=kept.qrels,
-        dev=_subset(whole, dev_ids, DEV_SPLIT),
-        description=f"{description}: {len(query_ids)} passages as pairs of independent random crops (Contriever); "
-        f"dev: {len(dev_ids)} passages held out",
+    return _with_held_out_dev(
+        whole, dev_fraction, None, seed, f"{description}, passages as pairs of independent random crops (Contriever)"
     )

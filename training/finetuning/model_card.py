@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from jinja2 import Template
+from sentence_transformers.sparse_encoder.losses import CachedSpladeLoss, SpladeLoss
 
 from ..common.model_cards import model_card_template
 from .rounds import RoundPlan
@@ -65,22 +66,25 @@ def plot_training_curves(losses: list, dev: list, metric_label: str, path: Path)
 
 def describe_recipe(recipe, loss) -> dict:
     if recipe.negatives == "none":
-        negatives = "in-batch only"
+        negatives = "in-batch (and a --train_file's own negatives, when it has them)"
     else:
         source = {"bm25": "BM25", "self": "BM25 in round 1, then the model's own index (ANCE-style)"}[recipe.negatives]
         negatives = (
-            f"{recipe.negatives_per_query} per pair, drawn from ranks {recipe.negatives_range_min}-"
+            f"{recipe.negatives_per_query} per pair, drawn from ranks {recipe.negatives_range_min + 1}-"
             f"{recipe.negatives_range_max} of {source}, judged positives excluded"
         )
     teacher = "none"
     if recipe.teacher:
         teacher = f"{' + '.join(recipe.teacher)} ({recipe.distillation}, scores standardised and averaged)"
-    return {"loss": type(loss).__name__, "negatives": negatives, "rounds": recipe.mining_rounds, "teacher": teacher}
+    name = type(loss).__name__
+    if isinstance(loss, (SpladeLoss, CachedSpladeLoss)):  # it wraps the ranking loss it regularises
+        name = f"{name}({type(loss.loss).__name__})"
+    return {"loss": name, "negatives": negatives, "rounds": recipe.mining_rounds, "teacher": teacher}
 
 
 def write_model_card(
     folder: Path, *, plans, best, start_metrics, test_metrics, model_args, data_args, recipe_summary, training_args,
-    training_set, starting_kind, model_class: str, model_description: str, extra_columns: tuple = (),
+    training_set, starting_kind, model_class: str, model_description: str, extra_columns: list[tuple[str, str]],
 ) -> None:
     """Append the fine-tuning section to the card sentence-transformers wrote into `folder`, with its plot."""
     metric_key = f"dev_{PRIMARY_METRIC}"

@@ -7,10 +7,10 @@ resumes from its last whole round or checkpoint; the final model is the round wi
 nDCG@10, and appears in the output folder only once it is complete.
 """
 
+import copy
 import json
 import logging
 import shutil
-import copy
 from dataclasses import asdict
 from pathlib import Path
 
@@ -19,11 +19,20 @@ from transformers import set_seed
 
 import modeling_seed  # noqa: F401  (registers SEED with the Auto classes in every process)
 
+from ..common.corpus import embedded_corpus_passages, load_raw_corpus
 from ..common.errors import InputError
 from ..common.models import model_kind
-from ..common.output_dir import clear_output_dir, folder_content, output_dir_lock, publish_final_model, staging_dir
+from ..common.output_dir import (
+    clear_output_dir,
+    folder_content,
+    output_dir_lock,
+    publish_final_model,
+    push_final_model,
+    staging_dir,
+)
 from ..evaluation.collection import Collection, load_collection
 from ..evaluation.evaluator import RetrievalEvaluator
+from ..evaluation.report import STAT_COLUMNS
 from .arguments import FinetuningDataArguments, FinetuningModelArguments, RecipeArguments, SeedFinetuningArguments
 from .data import TrainingSet, training_set_from_beir, training_set_from_crops, training_set_from_pairs
 from .examples import examples_dataset
@@ -33,7 +42,9 @@ from .rounds import RoundPlan, prepare_examples, train_round, write_json_atomica
 from .teachers import check_teacher_specs, load_teacher
 
 logger = logging.getLogger(__name__)
-RUN_FILE = "finetuning_run.json"
+# Everything but the final model: the run's arguments, metrics and rounds. Left out of Hub uploads.
+STATE_DIR = "finetuning"
+RUN_FILE = "run.json"
 START_METRICS_FILE = "start_dev_metrics.json"
 
 
@@ -44,10 +55,9 @@ def load_training_set(data_args: FinetuningDataArguments, seed: int) -> Training
         )
     if data_args.train_file:
         return training_set_from_pairs(data_args.train_file, data_args.dev_fraction, data_args.max_train_queries, seed)
-    from ..pretraining.corpus import embedded_corpus_passages, load_raw_corpus
-
     if data_args.corpus_file:
-        passages = load_raw_corpus(data_args.corpus_file, None, data_args.text_column)[data_args.text_column]
+        corpus = load_raw_corpus(data_args.corpus_file, None, data_args.text_column, argument="--corpus_file")
+        passages = corpus[data_args.text_column]
         description = ", ".join(f"`{Path(name).name}`" for name in data_args.corpus_file)
     else:
         passages = embedded_corpus_passages()
@@ -81,7 +91,7 @@ def check_output_dir(output_dir: Path, description: dict) -> None:
     """Refuse a folder that holds something other than this run (to resume) or nothing."""
     if not output_dir.is_dir() or not folder_content(output_dir):
         return
-    run_file = output_dir / RUN_FILE
+    run_file = output_dir / STATE_DIR / RUN_FILE
     if not run_file.is_file():
         raise InputError(
             f"--output_dir {output_dir}: the folder is not empty and holds no fine-tuning run to continue. Choose "
@@ -109,7 +119,8 @@ def prepare_output_dir(output_dir: Path, description: dict, overwrite: bool) -> 
         check_output_dir(output_dir, description)
     except InputError as error:
         return str(error)
-    write_json_atomically(output_dir / RUN_FILE, description)
+    (output_dir / STATE_DIR).mkdir(parents=True, exist_ok=True)
+    write_json_atomically(output_dir / STATE_DIR / RUN_FILE, description)
     return None
 
 
@@ -135,17 +146,19 @@ def round_arguments(training_args: SeedFinetuningArguments, folder: Path) -> See
     A copy, not `dataclasses.replace`: re-running __post_init__ on parsed arguments is not idempotent."""
     round_args = copy.copy(training_args)
     round_args.output_dir = str(folder)
+    round_args.push_to_hub = False  # the final folder is uploaded once, when complete
     return round_args
 
 
 def evaluate_once(path: Path, model, evaluator, training_args) -> dict:
-    """The evaluator's metrics of `model`, computed once per output folder and kept in `path`."""
-    if path.is_file():
+    """The evaluator's metrics of `model`, computed once per output folder (by the main process) and kept in `path`."""
+
+    def evaluate() -> dict:
+        if not path.is_file():
+            write_json_atomically(path, evaluator(model))
         return json.loads(path.read_text())
-    metrics = evaluator(model)
-    if training_args.process_index == 0:
-        write_json_atomically(path, metrics)
-    return metrics
+
+    return on_main_process(training_args, evaluate)
 
 
 def run_finetuning(
@@ -186,12 +199,13 @@ def finetune_in_rounds(
     test_collection: Collection | None,
 ) -> Path:
     output_dir = Path(training_args.output_dir)
+    state_dir = output_dir / STATE_DIR
     batch_size = training_args.per_device_eval_batch_size
-    evaluator = RetrievalEvaluator(training_set.dev, name="dev", batch_size=batch_size)
-    start_metrics = evaluate_once(output_dir / START_METRICS_FILE, model, evaluator, training_args)
+    evaluator = RetrievalEvaluator(training_set.dev, name="dev", batch_size=batch_size, show_progress_bar=True)
+    start_metrics = evaluate_once(state_dir / START_METRICS_FILE, model, evaluator, training_args)
     teacher = load_teacher(recipe.teacher, training_set.corpus) if recipe.teacher else None
 
-    plans = [RoundPlan(number, output_dir / f"round-{number}") for number in range(1, recipe.mining_rounds + 1)]
+    plans = [RoundPlan(number, state_dir / f"round-{number}") for number in range(1, recipe.mining_rounds + 1)]
     for plan in plans:
         if plan.is_complete:
             model = family.load(str(plan.model_dir), model_args)
@@ -221,8 +235,8 @@ def finetune_in_rounds(
     if test_collection is not None:
         split = data_args.eval_split
         test_metrics = evaluate_once(
-            output_dir / f"{split}_metrics.json", final_model,
-            RetrievalEvaluator(test_collection, name=split, batch_size=batch_size), training_args,
+            state_dir / f"{split}_metrics.json", final_model,
+            RetrievalEvaluator(test_collection, name=split, batch_size=batch_size, show_progress_bar=True), training_args,
         )
     if training_args.process_index == 0:
         staged = staging_dir(str(output_dir))
@@ -242,7 +256,9 @@ def finetune_in_rounds(
             starting_kind=model_kind(model_args.model_name_or_path),
             model_class=family.name,
             model_description=family.describe(final_model),
-            extra_columns=("query_active_dims", "document_active_dims", "flops") if family.sparse else (),
+            extra_columns=[(stat, header) for stat, header, _ in STAT_COLUMNS] if family.sparse else [],
         )
         publish_final_model(str(output_dir))
+        if training_args.push_to_hub:
+            push_final_model(training_args, "seed-encoder fine-tuning: final model", (STATE_DIR, f"{STATE_DIR}/**"))
     return output_dir

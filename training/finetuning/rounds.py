@@ -89,11 +89,11 @@ def train_round(plan: RoundPlan, trainer) -> dict:
     checkpoint = last_complete_checkpoint(plan.folder)
     trainer.train(resume_from_checkpoint=None if checkpoint is None else str(checkpoint))
     metrics = final_evaluation(trainer)
-    staged = staging_dir(str(plan.model_dir))
     if trainer.is_world_process_zero():
+        staged = staging_dir(str(plan.model_dir))
         shutil.rmtree(staged, ignore_errors=True)  # what a run killed while saving left
-    trainer.save_model(str(staged))
-    if trainer.is_world_process_zero():
+        # On the main process only: sentence-transformers' `_save` writes on every process that calls it.
+        trainer.save_model(str(staged))
         trainer.state.save_to_json(str(plan.folder / "trainer_state.json"))
         write_json_atomically(plan.folder / DEV_METRICS_FILE, metrics)
         publish_final_model(str(plan.model_dir))

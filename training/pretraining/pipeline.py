@@ -9,19 +9,20 @@ from transformers import set_seed
 import modeling_seed  # noqa: F401  (registers SEED with the Auto classes in every process)
 from modeling_seed import DataCollatorForSeedPretraining, SeedEncoderForPreTraining
 
+from ..common.corpus import load_raw_corpus
 from ..common.errors import InputError
 from ..common.output_dir import (
     clear_output_dir,
     find_existing_run,
     output_dir_lock,
     publish_final_model,
+    push_final_model,
     staging_dir,
 )
 from .arguments import DataArguments, ModelArguments, SeedPretrainingArguments
-from .corpus import load_raw_corpus, tokenize_corpus
 from .model_card import LOSS_PLOT, plot_loss_curves, render_model_card
 from .model_source import check_lengths, check_same_model, check_vocabulary, resolve_model_source
-from .tokenizer import load_tokenizer, train_wordpiece_tokenizer
+from .tokenizer import load_tokenizer, tokenize_corpus, train_wordpiece_tokenizer
 from .trainer import SeedPretrainingTrainer
 
 logger = logging.getLogger(__name__)
@@ -33,21 +34,6 @@ def _describe_data(data_args: DataArguments) -> str:
     if data_args.train_file:
         return ", ".join(f"`{Path(name).name}`" for name in data_args.train_file)
     return "CPython's bundled reference documentation (`pydoc_data.topics`), the no-download default corpus"
-
-
-def push_final_model(training_args: SeedPretrainingArguments) -> None:
-    """Upload the final folder as it is (our model card included; checkpoints left out)."""
-    from huggingface_hub import HfApi
-
-    api = HfApi(token=training_args.hub_token)
-    repo_id = training_args.hub_model_id or Path(training_args.output_dir).resolve().name
-    api.create_repo(repo_id, private=training_args.hub_private_repo, exist_ok=True)
-    api.upload_folder(
-        repo_id=repo_id,
-        folder_path=training_args.output_dir,
-        ignore_patterns=["checkpoint-*", "checkpoint-*/**", "*.tmp", ".*"],
-        commit_message="SEED-Encoder pretraining: final model",
-    )
 
 
 def run_pretraining(
@@ -201,5 +187,5 @@ def _pretrain(model_args: ModelArguments, data_args: DataArguments, training_arg
         card.save(staged / "README.md")
         publish_final_model(training_args.output_dir)
         if training_args.push_to_hub:
-            push_final_model(training_args)
+            push_final_model(training_args, "SEED-Encoder pretraining: final model")
     trainer.accelerator.wait_for_everyone()

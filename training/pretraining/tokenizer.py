@@ -1,9 +1,12 @@
-"""The tokenizer for a pretraining run: a given one, or a WordPiece vocabulary trained on the corpus."""
+"""The tokenizer for a pretraining run (a given one, or a WordPiece vocabulary trained on the corpus), and the
+corpus tokenized with it into training sequences."""
 
+import copy
 import heapq
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 
+from datasets import Dataset, IterableDataset
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
@@ -134,3 +137,41 @@ def _merge_pair(pieces: list[int], first: int, second: int, merged: int) -> list
             result.append(pieces[position])
             position += 1
     return result
+
+
+def tokenize_corpus(
+    dataset: Dataset | IterableDataset,
+    tokenizer,
+    text_column: str,
+    max_seq_length: int,
+    num_proc: int | None = None,
+    load_from_cache_file: bool = True,
+    whole_word_mask: bool = False,
+) -> Dataset | IterableDataset:
+    """One training sequence per passage, truncated to `max_seq_length` tokens; padding is the collator's.
+
+    Whole-word masking finds word boundaries from offsets, so those are kept when it is on.
+    """
+    # Tokenizing with truncation sets it on the tokenizer's backend, and the saved tokenizer.json would then
+    # depend on whether datasets' cache spared the work: a copy tokenizes, and `tokenizer` stays as it was.
+    tokenizing = copy.deepcopy(tokenizer)
+
+    def tokenize(batch):
+        return tokenizing(
+            batch[text_column],
+            truncation=True,
+            max_length=max_seq_length,
+            return_special_tokens_mask=True,
+            return_offsets_mapping=whole_word_mask,
+        )
+
+    if isinstance(dataset, IterableDataset):
+        return dataset.map(tokenize, batched=True, remove_columns=[text_column])
+    return dataset.map(
+        tokenize,
+        batched=True,
+        num_proc=num_proc,
+        remove_columns=[text_column],
+        load_from_cache_file=load_from_cache_file,
+        desc=f"Tokenizing (max {max_seq_length} tokens)",
+    )

@@ -1,4 +1,5 @@
-"""Pretraining text: validate the user's files, load them with `datasets`, tokenize.
+"""Raw text corpora (for pretraining, and for unsupervised fine-tuning pairs): validate the user's files and
+load them with `datasets` as one text column.
 
 Accepted inputs: plain text (one passage per line), JSON lines (`--text_column`; a BEIR
 `corpus.jsonl` has its `title` and `text` joined), parquet, and folders written by
@@ -6,7 +7,6 @@ Accepted inputs: plain text (one passage per line), JSON lines (`--text_column`;
 installation (CPython's pydoc topics) is used, so the default run needs no download.
 """
 
-import copy
 import json
 import re
 from collections.abc import Iterator
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from datasets import Dataset, DatasetDict, IterableDataset, concatenate_datasets, load_dataset, load_from_disk
 
-from ..common.errors import InputError
+from .errors import InputError
 
 TEXT_SUFFIXES = {".txt", ".text", ".tsv"}
 JSON_SUFFIXES = {".json", ".jsonl"}
@@ -37,7 +37,7 @@ def embedded_corpus_passages(min_words: int = 8) -> list[str]:
     return list(dict.fromkeys(passages))
 
 
-def file_format(path: Path) -> str:
+def file_format(path: Path, argument: str = "--train_file") -> str:
     suffixes = {s.lower() for s in path.suffixes}
     if suffixes & PARQUET_SUFFIXES:
         return "parquet"
@@ -46,13 +46,13 @@ def file_format(path: Path) -> str:
     if suffixes & TEXT_SUFFIXES or not path.suffix:
         return "text"
     raise InputError(
-        f"--train_file {path}: unknown file type {path.suffix!r}. Use plain text (.txt, one passage per line), "
+        f"{argument} {path}: unknown file type {path.suffix!r}. Use plain text (.txt, one passage per line), "
         "JSON lines (.jsonl/.json) or parquet (.parquet), or pass a folder written by Dataset.save_to_disk "
         "with --dataset_dir."
     )
 
 
-def _lines(path: Path, limit_bytes: int | None) -> Iterator[tuple[int, str]]:
+def _lines(path: Path, limit_bytes: int | None, argument: str) -> Iterator[tuple[int, str]]:
     """(line number, decoded line), failing with the line and byte offset of any non-UTF-8 byte."""
     read = 0
     with path.open("rb") as handle:
@@ -61,7 +61,7 @@ def _lines(path: Path, limit_bytes: int | None) -> Iterator[tuple[int, str]]:
                 yield line_number, raw.decode("utf-8")
             except UnicodeDecodeError as error:
                 raise InputError(
-                    f"--train_file {path}, line {line_number}: byte 0x{raw[error.start]:02x} at column "
+                    f"{argument} {path}, line {line_number}: byte 0x{raw[error.start]:02x} at column "
                     f"{error.start + 1} is not valid UTF-8. Re-encode the file as UTF-8 (for example "
                     f"`iconv -f latin1 -t utf-8 {path} > fixed.txt`) and pass the fixed file."
                 ) from None
@@ -70,42 +70,46 @@ def _lines(path: Path, limit_bytes: int | None) -> Iterator[tuple[int, str]]:
                 return
 
 
-def check_text_file(path: Path, limit_bytes: int | None = None) -> None:
+def check_text_file(path: Path, limit_bytes: int | None = None, argument: str = "--train_file") -> None:
     # Read every line (no early exit at the first passage): a bad byte anywhere must be reported here.
     has_text = False
-    for _, line in _lines(path, limit_bytes):
+    for _, line in _lines(path, limit_bytes, argument):
         has_text = has_text or bool(line.strip())
     if not has_text:
         raise InputError(
-            f"--train_file {path}: every line is blank, so there is no text to pre-train on. "
+            f"{argument} {path}: every line is blank, so there is no text to train on. "
             "Put one passage per line."
         )
 
 
-def check_json_lines_file(path: Path, text_column: str, limit_bytes: int | None = None) -> None:
+def check_json_lines_file(
+    path: Path, text_column: str, limit_bytes: int | None = None, argument: str = "--train_file"
+) -> None:
     found_record = False
-    for line_number, line in _lines(path, limit_bytes):
+    for line_number, line in _lines(path, limit_bytes, argument):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
         except json.JSONDecodeError as error:
             raise InputError(
-                f"--train_file {path}, line {line_number}: not valid JSON ({error.msg}). "
+                f"{argument} {path}, line {line_number}: not valid JSON ({error.msg}). "
                 "Each line must be one JSON object."
             ) from None
         if not isinstance(record, dict) or text_column not in record:
             fields = ", ".join(record) if isinstance(record, dict) else type(record).__name__
             raise InputError(
-                f"--train_file {path}, line {line_number}: no {text_column!r} field (it has: {fields}). "
+                f"{argument} {path}, line {line_number}: no {text_column!r} field (it has: {fields}). "
                 f"Pass --text_column with the field that holds the text."
             )
         found_record = True
     if not found_record:
-        raise InputError(f"--train_file {path}: every line is blank; expected one JSON object per line.")
+        raise InputError(f"{argument} {path}: every line is blank; expected one JSON object per line.")
 
 
-def check_train_files(train_files: list[str], text_column: str, streaming: bool = False) -> list[Path]:
+def check_train_files(
+    train_files: list[str], text_column: str, streaming: bool = False, argument: str = "--train_file"
+) -> list[Path]:
     """Fail fast, before any output is written, on files that cannot be pre-trained on."""
     limit = STREAMING_CHECK_BYTES if streaming else None
     paths = []
@@ -113,14 +117,14 @@ def check_train_files(train_files: list[str], text_column: str, streaming: bool 
         path = Path(name)
         if not path.is_file():
             what = "is a folder; pass a folder saved with Dataset.save_to_disk as --dataset_dir" if path.is_dir() else "does not exist"
-            raise InputError(f"--train_file {path}: {what}.")
+            raise InputError(f"{argument} {path}: {what}.")
         if path.stat().st_size == 0:
-            raise InputError(f"--train_file {path}: the file is empty (0 bytes).")
-        kind = file_format(path)
+            raise InputError(f"{argument} {path}: the file is empty (0 bytes).")
+        kind = file_format(path, argument)
         if kind == "text":
-            check_text_file(path, limit)
+            check_text_file(path, limit, argument)
         elif kind == "json":
-            check_json_lines_file(path, text_column, limit)
+            check_json_lines_file(path, text_column, limit, argument)
         paths.append(path)
     return paths
 
@@ -151,8 +155,10 @@ def load_raw_corpus(
     text_column: str,
     streaming: bool = False,
     cache_dir: str | None = None,
+    argument: str = "--train_file",
 ) -> Dataset | IterableDataset:
-    """One dataset with a single text column named `text_column`, blank passages removed."""
+    """One dataset with a single text column named `text_column`, blank passages removed. `argument` is the flag
+    that named `train_files`, for error messages."""
     if dataset_dir is not None:
         if not Path(dataset_dir).is_dir():
             raise InputError(f"--dataset_dir {dataset_dir}: no such folder.")
@@ -177,7 +183,7 @@ def load_raw_corpus(
         if streaming:
             dataset = dataset.to_iterable_dataset()
     elif train_files:
-        paths = check_train_files(train_files, text_column, streaming)
+        paths = check_train_files(train_files, text_column, streaming, argument)
         files_by_format = {}
         for path in paths:
             files_by_format.setdefault(file_format(path), []).append(str(path))
@@ -196,41 +202,3 @@ def load_raw_corpus(
             f"The corpus ({dataset_dir or ', '.join(train_files or [])}) holds no non-blank text in column {text_column!r}."
         )
     return dataset
-
-
-def tokenize_corpus(
-    dataset: Dataset | IterableDataset,
-    tokenizer,
-    text_column: str,
-    max_seq_length: int,
-    num_proc: int | None = None,
-    load_from_cache_file: bool = True,
-    whole_word_mask: bool = False,
-) -> Dataset | IterableDataset:
-    """One training sequence per passage, truncated to `max_seq_length` tokens; padding is the collator's.
-
-    Whole-word masking finds word boundaries from offsets, so those are kept when it is on.
-    """
-    # Tokenizing with truncation sets it on the tokenizer's backend, and the saved tokenizer.json would then
-    # depend on whether datasets' cache spared the work: a copy tokenizes, and `tokenizer` stays as it was.
-    tokenizing = copy.deepcopy(tokenizer)
-
-    def tokenize(batch):
-        return tokenizing(
-            batch[text_column],
-            truncation=True,
-            max_length=max_seq_length,
-            return_special_tokens_mask=True,
-            return_offsets_mapping=whole_word_mask,
-        )
-
-    if isinstance(dataset, IterableDataset):
-        return dataset.map(tokenize, batched=True, remove_columns=[text_column])
-    return dataset.map(
-        tokenize,
-        batched=True,
-        num_proc=num_proc,
-        remove_columns=[text_column],
-        load_from_cache_file=load_from_cache_file,
-        desc=f"Tokenizing (max {max_seq_length} tokens)",
-    )

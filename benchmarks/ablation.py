@@ -28,7 +28,7 @@ from training import finetune, pretrain
 from training.common.errors import InputError
 from training.evaluation.collection import load_collection
 from training.evaluation.evaluate import evaluate_retriever
-from training.pretraining.corpus import check_train_files, load_raw_corpus
+from training.common.corpus import check_train_files, load_raw_corpus
 from training.pretraining.tokenizer import train_wordpiece_tokenizer
 
 SCRATCH = "scratch"
@@ -163,7 +163,7 @@ class Ablation:
                 "(a BERT checkpoint such as the all-MiniLM-L6-v2 folder, or a SEED pretraining folder)."
             )
         self.pretrain_files = [str(path) for path in pretrain_files or [Path(data_dir) / "corpus.jsonl"]]
-        check_train_files(self.pretrain_files, "text")
+        check_train_files(self.pretrain_files, "text", argument="--pretrain_files")
         self.test = load_collection(data_dir, split)
         self.pretraining_learning_rate, self.finetuning_learning_rate = LEARNING_RATES[
             SCRATCH if self.from_scratch else "warm"
@@ -228,7 +228,7 @@ class Ablation:
         if (self.tokenizer_dir / "tokenizer.json").is_file():
             return
         print(f"Training a {self.budget.tokenizer_vocab_size}-token WordPiece tokenizer on the pre-training text", flush=True)
-        texts = load_raw_corpus(self.pretrain_files, None, "text")["text"]
+        texts = load_raw_corpus(self.pretrain_files, None, "text", argument="--pretrain_files")["text"]
         tokenizer = train_wordpiece_tokenizer(texts, self.budget.tokenizer_vocab_size, self.budget.max_seq_length)
         partial = self.tokenizer_dir.with_name(self.tokenizer_dir.name + ".partial")
         tokenizer.save_pretrained(partial)

@@ -3,11 +3,12 @@
 import json
 import subprocess
 import sys
-
-import torch
 from pathlib import Path
 
+import torch
+
 from pretrain_helpers import subprocess_env
+from training.evaluation.collection import load_collection
 from training.finetune import main
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -23,6 +24,12 @@ TINY_FINETUNE = [
     "--dataloader_pin_memory", "false",
     "--seed", "3",
 ]
+
+
+def judged_positives(collection_dir) -> dict[str, set[str]]:
+    """Each training query's documents judged relevant (relevance above 0)."""
+    qrels = load_collection(str(collection_dir), "train").qrels
+    return {query: {doc for doc, relevance in judged.items() if relevance > 0} for query, judged in qrels.items()}
 
 
 def finetune(argv: list) -> int:

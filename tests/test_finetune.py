@@ -15,6 +15,7 @@ from finetune_helpers import (
     TINY_FINETUNE,
     assert_drawn_from_ranks,
     finetune,
+    judged_positives,
     loaded_without_modeling_seed,
     round_dir,
     round_examples,
@@ -33,11 +34,6 @@ def self_mined(scifact_slice, tiny_seed_dir, tmp_path_factory):
         "--dev_fraction", "0.3",
     ]) == 0
     return out
-
-
-def judged_positives(scifact_slice) -> dict[str, set[str]]:
-    qrels = load_collection(str(scifact_slice), "train").qrels
-    return {query: {doc for doc, relevance in judged.items() if relevance > 0} for query, judged in qrels.items()}
 
 
 def test_training_loss_goes_down(self_mined):

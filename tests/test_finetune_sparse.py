@@ -10,11 +10,11 @@ from finetune_helpers import (
     TINY_FINETUNE,
     assert_drawn_from_ranks,
     finetune,
+    judged_positives,
     loaded_without_modeling_seed,
     round_dir,
     round_examples,
 )
-from test_finetune import judged_positives
 from training.evaluation.collection import load_collection
 
 

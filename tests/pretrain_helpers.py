@@ -6,9 +6,11 @@ launchers). Both take the same flags.
 """
 
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from safetensors.torch import load_file
@@ -52,6 +54,21 @@ def run_script(argv: list[str], timeout: float = 240, **variables: str) -> subpr
         script_command(argv), cwd=REPO_ROOT, env=subprocess_env(**variables), capture_output=True, text=True,
         timeout=timeout,
     )
+
+
+def kill_once_written(command: list[str], marker: Path, log_path: Path, timeout: float) -> int:
+    """Start `command` (a script run from the repository root, its output in `log_path`) and `kill -9` it as soon
+    as `marker` exists; returns the killed process's id."""
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(command, cwd=REPO_ROOT, env=subprocess_env(), stdout=log, stderr=log)
+        deadline = time.monotonic() + timeout
+        while not marker.exists():
+            assert process.poll() is None, f"the run ended (status {process.returncode}) before it wrote {marker}"
+            assert time.monotonic() < deadline, f"no {marker} within {timeout} s"
+            time.sleep(0.02)
+        os.kill(process.pid, signal.SIGKILL)
+        assert process.wait(timeout=30) == -signal.SIGKILL
+    return process.pid
 
 
 def free_port() -> int:

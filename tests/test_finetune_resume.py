@@ -2,18 +2,15 @@
 one; and with no arguments at all, fine-tuning turns the pretraining main job's ./seed-encoder into ./seed-encoder-st."""
 
 import json
-import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 from sentence_transformers import SentenceTransformer
 
 from finetune_helpers import FINETUNE_SCRIPT, TINY_FINETUNE, finetune, round_dir
-from pretrain_helpers import REPO_ROOT, max_abs_difference, subprocess_env, weights
+from pretrain_helpers import REPO_ROOT, kill_once_written, max_abs_difference, subprocess_env, weights
 
 
 def global_step(folder) -> int:
@@ -44,18 +41,9 @@ def test_run_killed_in_its_second_round_resumes_to_identical_weights(tmp_path, c
     assert finetune(command(uninterrupted)) == 0
     out = tmp_path / "killed"
     checkpoint = round_dir(out, 2) / "checkpoint-2" / "trainer_state.json"
-    with open(tmp_path / "killed.log", "w") as log:
-        process = subprocess.Popen(
-            [sys.executable, str(FINETUNE_SCRIPT), *map(str, command(out))],
-            cwd=REPO_ROOT, env=subprocess_env(), stdout=log, stderr=log,
-        )
-        deadline = time.monotonic() + 300
-        while not checkpoint.exists():
-            assert process.poll() is None, f"the run ended (status {process.returncode}) before round 2's checkpoint"
-            assert time.monotonic() < deadline, "no round-2 checkpoint within 300 s"
-            time.sleep(0.05)
-        os.kill(process.pid, signal.SIGKILL)
-        assert process.wait(timeout=30) == -signal.SIGKILL
+    kill_once_written(
+        [sys.executable, str(FINETUNE_SCRIPT), *map(str, command(out))], checkpoint, tmp_path / "killed.log", 300
+    )
     assert not (out / "config.json").exists()
     resumed_from = global_step(last_checkpoint(round_dir(out, 2)))
 

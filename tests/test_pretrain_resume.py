@@ -6,24 +6,19 @@ real text, seed and tokenizer (a WordPiece vocabulary trained once, passed with 
 """
 
 import json
-import os
 import shutil
-import signal
-import subprocess
-import time
 
 import pytest
 from safetensors.torch import save_file
 
 from pretrain_helpers import (
-    REPO_ROOT,
     TINY_RUN,
+    kill_once_written,
     looks_finished,
     max_abs_difference,
     pretrain,
     run_script,
     script_command,
-    subprocess_env,
     weights,
     write_lines,
 )
@@ -68,20 +63,10 @@ def global_step(folder) -> int:
 def test_run_killed_with_sigkill_resumes_to_identical_weights(tmp_path, command, uninterrupted):
     out = tmp_path / "out"
     checkpoint_8_done = out / "checkpoint-8" / "trainer_state.json"
-    with open(tmp_path / "killed.log", "w") as log:
-        process = subprocess.Popen(
-            script_command(command(out)), cwd=REPO_ROOT, env=subprocess_env(), stdout=log, stderr=log
-        )
-        deadline = time.monotonic() + 240
-        while not checkpoint_8_done.exists():
-            assert process.poll() is None, f"the run ended (status {process.returncode}) before checkpoint-8"
-            assert time.monotonic() < deadline, "no checkpoint-8 within 240 s"
-            time.sleep(0.02)
-        os.kill(process.pid, signal.SIGKILL)
-        assert process.wait(timeout=30) == -signal.SIGKILL
+    killed_pid = kill_once_written(script_command(command(out)), checkpoint_8_done, tmp_path / "killed.log", 240)
     assert not looks_finished(out)
     # The killed run's lock file is left behind; its lock died with the process.
-    assert (out / LOCK_FILE).read_text().startswith(f"process {process.pid} on ")
+    assert (out / LOCK_FILE).read_text().startswith(f"process {killed_pid} on ")
 
     resumed = run_script(command(out))
 

@@ -106,6 +106,17 @@ def shared_data_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
+def splade_tiny_dir(shared_data_dir) -> Path:
+    """`../shared/models/splade-tiny`: a trained SPLADE (BertForMaskedLM, 2 layers x 128 hidden, BERT uncased
+    vocabulary). Unlike the 2-step tiny SEED folder, whose [CLS] cosines all lie within 1e-5 of each other, its
+    scores spread, so rankings and what training changes in them are real rather than float noise."""
+    path = shared_data_dir.parent / "models" / "splade-tiny"
+    if not (path / "config.json").is_file():
+        unavailable(f"splade-tiny not found at {path}")
+    return path
+
+
+@pytest.fixture(scope="session")
 def pretrain_lines(shared_data_dir):
     """`pretrain_lines(n)` -> the first n lines of real English prose (>= 8 words) from `pretrain_text/`,
     taken round-robin over its files so every source is represented; same lines on every call."""

@@ -8,7 +8,10 @@ exit statuses and stderr); both take the same arguments.
 import json
 import subprocess
 import sys
+from math import log2
 from pathlib import Path
+
+from sentence_transformers import SparseEncoder
 
 from pretrain_helpers import subprocess_env
 from training.evaluate import main
@@ -41,9 +44,14 @@ def write_collection(folder: Path, corpus: list[dict], queries: list[dict], qrel
     write_jsonl(folder / "corpus.jsonl", corpus)
     write_jsonl(folder / "queries.jsonl", queries)
     for split, judgments in qrels.items():
-        lines = "".join(f"{query_id}\t{document_id}\t{grade}\n" for query_id, document_id, grade in judgments)
-        (folder / "qrels" / f"{split}.tsv").write_text(QRELS_HEADER + lines, encoding="utf-8")
+        write_qrels(folder, split, judgments)
     return folder
+
+
+def write_qrels(folder: Path, split: str, judgments: list[tuple]) -> None:
+    """qrels/<split>.tsv of a BEIR folder: (query id, document id, relevance) judgments."""
+    lines = "".join(f"{query_id}\t{document_id}\t{grade}\n" for query_id, document_id, grade in judgments)
+    (folder / "qrels" / f"{split}.tsv").write_text(QRELS_HEADER + lines, encoding="utf-8")
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -72,3 +80,41 @@ def cut_scifact(source: Path, folder: Path, queries_per_split: dict[str, int], o
     kept = [record for record in corpus if str(record["_id"]) in judged_documents] + others
     queries = [record for record in read_jsonl(source / "queries.jsonl") if str(record["_id"]) in kept_queries]
     return write_collection(folder, kept, queries, qrels)
+
+
+def trec_ndcg_at_10(
+    qrels: dict[str, dict[str, int]], query_ids: list[str], document_ids: list[str], scores, positive_only: bool = False
+) -> float:
+    """nDCG@10 worked out directly (trec_eval's ndcg_cut_10: gain = relevance, discount log2(rank + 1), equal scores
+    ranked by document id in reverse), averaged over the queries of `query_ids` from a query x document score
+    matrix; with `positive_only`, a document scoring 0 or less is not retrieved. No code of the package is involved."""
+    values = []
+    for query_id, row in zip(query_ids, scores):
+        retrieved = sorted(
+            ((float(score), doc) for doc, score in zip(document_ids, row) if score > 0 or not positive_only), reverse=True
+        )
+        judged = qrels[query_id]
+        dcg = sum(judged.get(doc, 0) / log2(rank + 2) for rank, (_, doc) in enumerate(retrieved[:10]))
+        ideal = sum(gain / log2(rank + 2) for rank, gain in enumerate(sorted(judged.values(), reverse=True)[:10]))
+        values.append(dcg / ideal)
+    return sum(values) / len(values)
+
+
+def brute_force_ndcg_at_10(model, collection) -> float:
+    """`model`'s nDCG@10 on `collection` by brute force: every query against every document with numpy (cosine for
+    a dense cosine model, dot product otherwise, e.g. SPLADE, whose documents sharing no term with the query are not
+    retrieved), then `trec_ndcg_at_10`: the independent figure the retrievers and evaluators must reproduce."""
+
+    def vectors(encode, texts):
+        encoded = encode(texts, convert_to_tensor=True)
+        encoded = encoded.to_dense() if encoded.is_sparse else encoded
+        if getattr(model, "similarity_fn_name", None) == "cosine":
+            encoded = encoded / encoded.norm(dim=1, keepdim=True)
+        return encoded.double().cpu().numpy()
+
+    queries = vectors(model.encode_query, list(collection.queries.values()))
+    documents = vectors(model.encode_document, list(collection.corpus.values()))
+    sparse = isinstance(model, SparseEncoder)
+    return trec_ndcg_at_10(
+        collection.qrels, list(collection.queries), list(collection.corpus), queries @ documents.T, positive_only=sparse
+    )

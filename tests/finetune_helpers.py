@@ -1,12 +1,16 @@
 """What the fine-tuning specifications share: the script, a tiny run's flags, and reading a run's rounds."""
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import bm25s
+import numpy as np
 import torch
 
+from evaluation_helpers import read_judgments, write_qrels
 from pretrain_helpers import subprocess_env
 from training.evaluation.collection import load_collection
 from training.finetune import main
@@ -40,6 +44,26 @@ def finetune(argv: list) -> int:
 def round_dir(output_dir: Path, round_number: int) -> Path:
     """Where a run keeps round N: its examples, checkpoints, dev metrics and model."""
     return output_dir / "finetuning" / f"round-{round_number}"
+
+
+def standardised(scores) -> np.ndarray:
+    """Zero mean, unit variance over all the scores: how each teacher's scores enter distillation."""
+    scores = np.asarray(scores, dtype=np.float64)
+    return (scores - scores.mean()) / scores.std()
+
+
+def bm25_scores(collection, examples) -> np.ndarray:
+    """BM25 (bm25s' lucene variant, English stopwords: the `bm25` teacher's settings) of each example's positive
+    then negatives for its query over `collection`'s corpus, computed here with bm25s directly."""
+    bm25 = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
+    bm25.index(bm25s.tokenize(list(collection.corpus.values()), stopwords="en", return_ids=False, show_progress=False))
+    rows = list(collection.corpus)
+    scores = []
+    for query_id, positive_id, negatives in examples:
+        query = bm25s.tokenize([collection.queries[query_id]], stopwords="en", return_ids=False, show_progress=False)[0]
+        by_row = bm25.get_scores(query)
+        scores.append([by_row[rows.index(doc_id)] for doc_id in (positive_id, *negatives)])
+    return np.asarray(scores)
 
 
 def round_examples(output_dir: Path, round_number: int) -> list[tuple[str, str, list[str]]]:
@@ -79,3 +103,13 @@ def loaded_without_modeling_seed(model_class: str, folder: Path, cwd: Path, repo
     )
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def with_dev_split(collection_dir: Path, folder: Path, dev_queries: int) -> Path:
+    """A copy of a BEIR folder whose last `dev_queries` training queries (by id) are moved to qrels/dev.tsv."""
+    shutil.copytree(collection_dir, folder)
+    judgments = read_judgments(folder / "qrels" / "train.tsv")
+    dev = set(sorted({query_id for query_id, _, _ in judgments})[-dev_queries:])
+    for split, moved in (("train", False), ("dev", True)):
+        write_qrels(folder, split, [judgment for judgment in judgments if (judgment[0] in dev) == moved])
+    return folder

@@ -1,7 +1,8 @@
 """Each retriever returns exactly what brute force gives, on a slice of SciFact with a tiny SEED model.
 
 Dense: cosine top k equals numpy over all document vectors. Sparse: top k equals the dense product of the SPLADE
-vectors (without ever building it), and its statistics are those of the vectors. Hybrid: reciprocal rank fusion
+vectors (without ever building it), and its statistics are those of the vectors. Both, whether the queries are
+searched in one block or in several. Hybrid: reciprocal rank fusion
 and normalised score sums follow their formulas over the members' runs.
 """
 
@@ -10,7 +11,7 @@ import pytest
 
 from training.common.models import load_sentence_transformer, load_sparse_encoder
 from training.evaluation.collection import load_collection
-from training.evaluation.retrievers import BM25Retriever, DenseRetriever, HybridRetriever, SparseRetriever
+from training.evaluation.retrievers import BM25Retriever, DenseRetriever, HybridRetriever, SparseRetriever, dense, sparse
 
 TOP_K = 20
 
@@ -58,7 +59,9 @@ def counting_encode_document(model, monkeypatch) -> list:
     return seen
 
 
-def test_dense_search_is_exact_cosine_top_k(dense_model, collection):
+@pytest.mark.parametrize("queries_per_chunk", [dense.SEARCH_CHUNK, 7])
+def test_dense_search_is_exact_cosine_top_k(dense_model, collection, queries_per_chunk, monkeypatch):
+    monkeypatch.setattr(dense, "SEARCH_CHUNK", queries_per_chunk)  # 7: the 30 queries searched in 5 chunks
     retriever = DenseRetriever(dense_model, "tiny", show_progress_bar=False)
     retriever.index(collection.corpus)
 
@@ -70,7 +73,10 @@ def test_dense_search_is_exact_cosine_top_k(dense_model, collection):
     assert_exact_top_k(run, collection, queries @ documents.T, TOP_K)
 
 
-def test_sparse_search_equals_the_dense_product_of_splade_vectors(sparse_model, collection):
+@pytest.mark.parametrize("queries_per_block", [None, 7])
+def test_sparse_search_equals_the_dense_product_of_splade_vectors(sparse_model, collection, queries_per_block, monkeypatch):
+    if queries_per_block is not None:  # the 30 queries scored in 5 blocks
+        monkeypatch.setattr(sparse, "SCORE_BLOCK_VALUES", queries_per_block * len(collection.corpus))
     retriever = SparseRetriever(sparse_model, "tiny-splade", show_progress_bar=False)
     retriever.index(collection.corpus)
 

@@ -102,10 +102,12 @@ def train_round(plan: RoundPlan, trainer) -> dict:
 
 
 def final_evaluation(trainer) -> dict:
-    """The evaluator's metrics of the trained model: those logged at the last step when there are, else computed."""
+    """The evaluator's metrics of the trained model: those logged at the last step when there are, else computed.
+    With --load_best_model_at_end the trainer has reloaded the best checkpoint's weights, which the last step's
+    metrics do not describe: that model is evaluated again."""
     prefix = f"eval_{trainer.evaluator.name}_"
     logged = [entry for entry in trainer.state.log_history if any(key.startswith(prefix) for key in entry)]
-    if not logged or logged[-1]["step"] != trainer.state.global_step:
+    if not logged or logged[-1]["step"] != trainer.state.global_step or trainer.args.load_best_model_at_end:
         trainer.evaluate()
         logged = [entry for entry in trainer.state.log_history if any(key.startswith(prefix) for key in entry)]
     return {key.removeprefix("eval_"): value for key, value in logged[-1].items() if key.startswith(prefix)}

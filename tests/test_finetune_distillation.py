@@ -44,13 +44,16 @@ def margin_mse(student: np.ndarray, teacher: np.ndarray) -> float:
     return float((((student[:, :1] - student[:, 1:]) - (teacher[:, :1] - teacher[:, 1:])) ** 2).mean())
 
 
-def cosines(query: np.ndarray, documents: list[np.ndarray]) -> np.ndarray:
-    unit = lambda vectors: vectors / np.linalg.norm(vectors, axis=1, keepdims=True)  # noqa: E731
-    return np.stack([(unit(query) * unit(document)).sum(axis=1) for document in documents], axis=1)
-
-
 def dot_products(query: np.ndarray, documents: list[np.ndarray]) -> np.ndarray:
+    """(examples, documents) similarities of each example's query with its positive then negatives."""
     return np.stack([(query * document).sum(axis=1) for document in documents], axis=1)
+
+
+def cosines(query: np.ndarray, documents: list[np.ndarray]) -> np.ndarray:
+    def unit(vectors: np.ndarray) -> np.ndarray:
+        return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+    return dot_products(unit(query), [unit(document) for document in documents])
 
 
 # What each student must be taught, from its similarities and the standardised teacher scores z.

@@ -144,6 +144,16 @@ def pretrain_lines(shared_data_dir):
 
 
 @pytest.fixture(scope="session")
+def splade_tiny_dir() -> Path:
+    """splade-tiny: a trained SPLADE (BertForMaskedLM, 2 layers x 128 hidden, BERT's 30,522-word vocabulary), a bare
+    transformers checkpoint in `../shared/models/splade-tiny` or `$SEED_SHARED_MODELS/splade-tiny`."""
+    path = Path(os.environ.get("SEED_SHARED_MODELS", REPO_ROOT.parent / "shared" / "models")) / "splade-tiny"
+    if not (path / "config.json").is_file():
+        unavailable(f"splade-tiny not found at {path} (set SEED_SHARED_MODELS)")
+    return path
+
+
+@pytest.fixture(scope="session")
 def scifact_slice(shared_data_dir, tmp_path_factory) -> Path:
     """A small BEIR folder cut from SciFact: the first 30 test and 30 train queries by id, every document they
     judge and the first 150 other documents by id."""

@@ -31,6 +31,15 @@ def _read_json(path: Path) -> dict:
         raise InputError(f"{path}: cannot be read as JSON ({error}). Check the model folder is complete.") from None
 
 
+def split_model_spec(spec: str) -> tuple[str, str]:
+    """('dense' or 'sparse', PATH) for a 'dense:PATH' or 'sparse:PATH' spec, which says how to run the model; ('', spec)
+    for a plain folder, run as what it is."""
+    for form in ("dense", "sparse"):
+        if spec.startswith(f"{form}:"):
+            return form, spec[len(form) + 1 :]
+    return "", spec
+
+
 def model_kind(path: str) -> str:
     """'sentence-transformer', 'sparse-encoder', 'cross-encoder' or 'transformers', from the files in the folder."""
     folder = Path(path)

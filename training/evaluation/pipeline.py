@@ -5,7 +5,7 @@ import logging
 from pathlib import Path
 
 from ..common.errors import InputError
-from ..common.models import load_sentence_transformer, load_sparse_encoder, model_kind
+from ..common.models import load_sentence_transformer, load_sparse_encoder, model_kind, split_model_spec
 from .arguments import EvaluationArguments
 from .collection import load_collection
 from .embedding_cache import folder_fingerprint
@@ -32,7 +32,7 @@ def _new_retriever(spec: str, options: EvaluationArguments, built: dict[str, Ret
                 "none of them a hybrid itself."
             )
         return HybridRetriever([build_retriever(m, options, built) for m in members], method=options.fusion, name=spec)
-    form, path = spec.split(":", 1) if spec.startswith(("dense:", "sparse:")) else ("", spec)
+    form, path = split_model_spec(spec)
     if not Path(path).is_dir():
         raise InputError(f"retriever {spec!r}: {path} is not a folder. Each retriever is {SPEC_FORMS}.")
     if form == "sparse" or (form == "" and model_kind(path) == "sparse-encoder"):

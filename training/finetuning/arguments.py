@@ -141,8 +141,9 @@ class RecipeArguments:
     teacher: list[str] | None = field(
         default=None,
         metadata={
-            "help": "Distillation teachers: local SentenceTransformer or CrossEncoder folders, or bm25. Several form an "
-            "ensemble (scores normalised per query and averaged, as SPLADE++'s EnsembleDistil)."
+            "help": "Distillation teachers: bm25, local SentenceTransformer, SparseEncoder or CrossEncoder folders, or "
+            "transformers checkpoints as sparse:PATH (SPLADE over the MLM head, e.g. splade-tiny) or dense:PATH. "
+            "Several form an ensemble (scores normalised per query and averaged, as SPLADE++'s EnsembleDistil)."
         },
     )
     distillation: str = field(

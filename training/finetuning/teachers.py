@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from ..common.errors import InputError
-from ..common.models import load_sentence_transformer, model_kind
+from ..common.models import has_mlm_head, load_sentence_transformer, load_sparse_encoder, model_kind, split_model_spec
+from ..common.sparse_encoding import encode_sparse
 from ..evaluation.retrievers import BM25Retriever
 
 BM25_TEACHER = "bm25"
@@ -40,6 +41,24 @@ class CrossEncoderTeacher:
 
     def score(self, queries: list[str], documents: list[str]) -> np.ndarray:
         return np.asarray(self.model.predict(list(zip(queries, documents)), batch_size=self.batch_size), dtype=np.float32)
+
+
+class SparseTeacher:
+    """A SPLADE SparseEncoder: the dot product of the query's and the document's sparse vectors, each distinct text
+    encoded once, as the model's own encode_query / encode_document would (with `encode_sparse`)."""
+
+    def __init__(self, path: str, batch_size: int = 64):
+        self.name, self.batch_size = path, batch_size
+        self.model = load_sparse_encoder(path)
+
+    def score(self, queries: list[str], documents: list[str]) -> np.ndarray:
+        query_rows = {text: row for row, text in enumerate(dict.fromkeys(queries))}
+        document_rows = {text: row for row, text in enumerate(dict.fromkeys(documents))}
+        query_vectors = encode_sparse(self.model, list(query_rows), "query", self.batch_size)
+        document_vectors = encode_sparse(self.model, list(document_rows), "document", self.batch_size)
+        pairs_queries = query_vectors[[query_rows[text] for text in queries]]
+        pairs_documents = document_vectors[[document_rows[text] for text in documents]]
+        return np.asarray(pairs_queries.multiply(pairs_documents).sum(axis=1), dtype=np.float32).ravel()
 
 
 class BM25Teacher:
@@ -72,34 +91,58 @@ class EnsembleTeacher:
         return np.mean(standardised, axis=0).astype(np.float32)
 
 
+TEACHER_FORMS = (
+    "bm25, a local SentenceTransformer, SparseEncoder or CrossEncoder folder, or a transformers checkpoint as "
+    "sparse:PATH (SPLADE over its masked-LM head) or dense:PATH (nothing is downloaded)"
+)
+
+
+def teacher_kind(spec: str) -> str:
+    """'bm25', 'dense', 'sparse' or 'cross-encoder': how the teacher `spec` scores pairs. A folder of
+    sentence-transformers is run as what it is; a bare transformers checkpoint has to say how, with the 'sparse:' or
+    'dense:' prefix that `training/evaluate.py` reads, since one with an MLM head can be either."""
+    if spec == BM25_TEACHER:
+        return BM25_TEACHER
+    form, path = split_model_spec(spec)
+    if not Path(path).is_dir():
+        raise InputError(f"--teacher {spec}: no such folder. A teacher is {TEACHER_FORMS}.")
+    try:
+        kind = model_kind(path)
+    except InputError as error:
+        raise InputError(f"--teacher {spec}: {error} A teacher is {TEACHER_FORMS}.") from None
+    kinds = {"sentence-transformer": "dense", "sparse-encoder": "sparse", "cross-encoder": "cross-encoder"}
+    if form == "" and kind in kinds:
+        return kinds[kind]
+    if form == "sparse" and (kind == "sparse-encoder" or (kind == "transformers" and has_mlm_head(path))):
+        return "sparse"
+    if form == "dense" and kind in ("sentence-transformer", "transformers"):
+        return "dense"
+    if kind == "transformers" and form == "":
+        raise InputError(
+            f"--teacher {spec}: a bare transformers checkpoint, which can score pairs as SPLADE (over its masked-LM "
+            f"head) or as a dense model. Say which: --teacher sparse:{path} or --teacher dense:{path}."
+        )
+    held = "a checkpoint without a masked-LM head" if kind == "transformers" else f"a {kind} model"
+    raise InputError(f"--teacher {spec}: {path} holds {held}, which cannot score pairs as {form}. A teacher is {TEACHER_FORMS}.")
+
+
 def check_teacher_specs(specs: list[str]) -> None:
-    """Refuse, before anything is written, a teacher that is neither bm25 nor a folder holding a model."""
+    """Refuse, before anything is written, a teacher that cannot be run."""
     for spec in specs:
-        if spec == BM25_TEACHER:
-            continue
-        if not Path(spec).is_dir():
-            raise InputError(
-                f"--teacher {spec}: no such folder. A teacher is bm25 or a local SentenceTransformer or CrossEncoder "
-                "folder (nothing is downloaded)."
-            )
-        try:
-            kind = model_kind(spec)
-        except InputError:
-            kind = None
-        if kind not in ("sentence-transformer", "cross-encoder"):
-            raise InputError(
-                f"--teacher {spec}: the folder holds no SentenceTransformer or CrossEncoder model (no modules.json or "
-                "cross-encoder config). Pass a folder written by SentenceTransformer.save or CrossEncoder.save, or bm25."
-            )
+        teacher_kind(spec)
 
 
 def load_teacher(specs: list[str], corpus: dict[str, str]) -> EnsembleTeacher:
     teachers = []
     for spec in specs:
-        if spec == BM25_TEACHER:
+        kind = teacher_kind(spec)
+        path = split_model_spec(spec)[1]
+        if kind == BM25_TEACHER:
             teachers.append(BM25Teacher(corpus))
-        elif model_kind(spec) == "cross-encoder":
-            teachers.append(CrossEncoderTeacher(spec))
+        elif kind == "cross-encoder":
+            teachers.append(CrossEncoderTeacher(path))
+        elif kind == "sparse":
+            teachers.append(SparseTeacher(path))
         else:
-            teachers.append(BiEncoderTeacher(spec))
+            teachers.append(BiEncoderTeacher(path))
     return EnsembleTeacher(teachers)

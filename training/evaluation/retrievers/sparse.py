@@ -1,23 +1,16 @@
 """Sparse (SPLADE) retrieval: exact top k by sparse dot product over an inverted index (a term x document CSR matrix)."""
 
 import numpy as np
-import torch
 from scipy import sparse
 from sentence_transformers import SparseEncoder
 from tqdm.auto import tqdm
 
+from ...common.sparse_encoding import Task, encode_sparse
 from .base import Retriever, Run, run_from_top_k
 
 # Scores are computed for a block of queries against the whole corpus at a time: at most this many floats.
 SCORE_BLOCK_VALUES = 2**25
 SPARSITY_STATS = ("query_active_dims", "document_active_dims", "flops")
-
-
-def to_csr(embeddings: torch.Tensor) -> sparse.csr_matrix:
-    """A torch sparse (COO) batch of embeddings as a scipy CSR matrix, one row per text."""
-    coo = embeddings.coalesce()
-    rows, columns = coo.indices().numpy()
-    return sparse.csr_matrix((coo.values().float().numpy(), (rows, columns)), shape=tuple(coo.shape))
 
 
 def top_k_rows(scores: np.ndarray, top_k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -29,7 +22,8 @@ def top_k_rows(scores: np.ndarray, top_k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 class SparseRetriever(Retriever):
-    """Encodes documents with `encode_document` and queries with `encode_query`, keeps the corpus as posting lists
+    """Encodes documents and queries as the model's `encode_document` and `encode_query` do (with `encode_sparse`,
+    which never builds their [batch, length, vocabulary] logits), keeps the corpus as posting lists
     (term x document CSR) and scores a block of queries at a time by sparse matrix product: only documents
     sharing a term with the query are touched, and no corpus x vocabulary dense matrix is ever built.
 
@@ -49,21 +43,16 @@ class SparseRetriever(Retriever):
         self._postings: sparse.csr_matrix | None = None  # term x document: the inverted index
         self._queries: sparse.csr_matrix | None = None  # of the last search
 
-    def _vectors(self, encode, texts: list[str]) -> sparse.csr_matrix:
-        """`encode` (the model's encode_document or encode_query) of `texts`, one CSR row each."""
-        return to_csr(
-            encode(
-                texts, batch_size=self.batch_size, show_progress_bar=self.show_progress_bar,
-                convert_to_tensor=True, convert_to_sparse_tensor=True, save_to_cpu=True,
-            )
-        )
+    def _vectors(self, task: Task, texts: list[str]) -> sparse.csr_matrix:
+        """The "query" or "document" vectors of `texts`, one CSR row each."""
+        return encode_sparse(self.model, texts, task, self.batch_size, self.show_progress_bar)
 
     def _build_index(self, corpus: dict[str, str]) -> None:
-        self.documents = self._vectors(self.model.encode_document, list(corpus.values()))
+        self.documents = self._vectors("document", list(corpus.values()))
         self._postings = self.documents.T.tocsr()
 
     def _search(self, queries: dict[str, str], top_k: int) -> Run:
-        self._queries = self._vectors(self.model.encode_query, list(queries.values()))
+        self._queries = self._vectors("query", list(queries.values()))
         indices, scores = self.top_k(self._queries, top_k)
         return run_from_top_k(list(queries), self.document_ids, indices, scores, positive_only=True)
 

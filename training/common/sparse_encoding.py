@@ -1,0 +1,140 @@
+"""SPLADE encoding without the [batch, length, vocabulary] tensor: how this package runs a SparseEncoder.
+
+sentence-transformers computes the MLM logits of every token ([batch, length, vocabulary]: about 1 GB for 32 texts
+of 256 tokens with BERT's 30,522 words) and then passes over them four times in `SpladePooling` (mask, ReLU, log1p,
+max). Here the encoder body and the MLM head's transform run once per batch, as there, but the vocabulary projection
+is done one tile of tokens x vocabulary at a time, small enough to stay in cache, and each tile is max-pooled over its
+tokens as soon as it is computed. The activation comes after the max: log(1 + ReLU(x)) is monotone, so the max of
+the activations is the activation of the max. Padding positions are left out of the tiles, so they never win.
+
+The vectors equal `SpladePooling`'s (up to fp32 rounding) and the saved model is untouched: this is how the package
+runs the standard SPLADE form, Transformer(fill-mask) + SpladePooling(max). A model of another form (a Router, query
+expansion, sum pooling, FA2-flattened inputs, sharded encoding inside a distributed trainer) is encoded by
+sentence-transformers itself.
+"""
+
+from contextlib import contextmanager
+from typing import Literal
+
+import numpy as np
+import torch
+from scipy import sparse
+from sentence_transformers import SparseEncoder
+from sentence_transformers.sparse_encoder.modules import SpladePooling, Transformer
+from sentence_transformers.util import batch_to_device, select_max_active_dims
+from tqdm.auto import trange
+
+# One tile of logits is TOKEN_TILE x VOCABULARY_TILE fp32 values (512 KiB: one core's L2 cache on the machine this was
+# tuned on, see benchmarks/sparse_encoding.py).
+TOKEN_TILE = 64
+VOCABULARY_TILE = 2048
+# encode_document's prompt when the model names none for "document": the first of these it has, as sentence-transformers.
+DOCUMENT_PROMPT_NAMES = ("document", "passage", "corpus")
+
+Task = Literal["query", "document"]
+
+
+def to_csr(embeddings: torch.Tensor) -> sparse.csr_matrix:
+    """A torch sparse (COO) batch of embeddings as a scipy CSR matrix, one row per text."""
+    coo = embeddings.coalesce()
+    rows, columns = coo.indices().numpy()
+    return sparse.csr_matrix((coo.values().float().numpy(), (rows, columns)), shape=tuple(coo.shape))
+
+
+def runs_fast(model: SparseEncoder) -> bool:
+    """Whether `model` has the standard SPLADE form that `encode_sparse` computes itself."""
+    modules = list(model)
+    if len(modules) != 2 or not isinstance(modules[0], Transformer) or type(modules[1]) is not SpladePooling:
+        return False
+    transformer, pooling = modules
+    return (
+        transformer.transformer_task == "fill-mask"
+        and pooling.pooling_strategy == "max"
+        and transformer.query_expansion is None
+        and not transformer.can_flatten_inputs
+        and model._distributed_inference is None  # a distributed trainer's evaluator shards the encoding over ranks
+        and isinstance(transformer.auto_model.get_output_embeddings(), torch.nn.Linear)
+    )
+
+
+def encode_sparse(
+    model: SparseEncoder, texts: list[str], task: Task, batch_size: int = 32, show_progress_bar: bool = False
+) -> sparse.csr_matrix:
+    """The SPLADE vectors of `texts` as `model.encode_query` (task "query") or `model.encode_document` (task
+    "document") computes them, one CSR row per text, without their [batch, length, vocabulary] logits."""
+    if not runs_fast(model):
+        encode = model.encode_query if task == "query" else model.encode_document
+        return to_csr(
+            encode(
+                texts, batch_size=batch_size, show_progress_bar=show_progress_bar,
+                convert_to_tensor=True, convert_to_sparse_tensor=True, save_to_cpu=True,
+            )
+        )
+    transformer, pooling = list(model)
+    projection = transformer.auto_model.get_output_embeddings()
+    prompt = model._resolve_prompt(None, _prompt_name(model, task))
+    model.eval()
+    # Longest first, as sentence-transformers batches, so that each batch pads little.
+    order = np.argsort([-len(text) for text in texts], kind="stable")
+    rows = []
+    for start in trange(0, len(texts), batch_size, desc="Batches", disable=not show_progress_bar):
+        batch = [texts[index] for index in order[start : start + batch_size]]
+        features = batch_to_device(model.preprocess(batch, prompt=prompt, task=task), model.device)
+        with torch.inference_mode():
+            with _vocabulary_projection_skipped(projection):
+                states = transformer(features)["token_embeddings"]
+            maxima = max_token_logits(states, features["attention_mask"], projection.weight, projection.bias)
+            vectors = activate(maxima, pooling.activation_function)
+            if model.max_active_dims is not None:
+                vectors = select_max_active_dims(vectors, model.max_active_dims)
+        rows.append(sparse.csr_matrix(vectors.float().cpu().numpy()))
+    if not rows:
+        return sparse.csr_matrix((0, projection.out_features), dtype=np.float32)
+    return sparse.vstack(rows, format="csr")[np.argsort(order)]
+
+
+def _prompt_name(model: SparseEncoder, task: Task) -> str | None:
+    """The prompt name `encode_query` / `encode_document` pick when none is given."""
+    names = ("query",) if task == "query" else DOCUMENT_PROMPT_NAMES
+    return next((name for name in names if name in model.prompts), None)
+
+
+@contextmanager
+def _vocabulary_projection_skipped(projection: torch.nn.Linear):
+    """While inside, the MLM head returns the transformed token states its projection would map to the vocabulary."""
+    projection.forward = lambda states: states
+    try:
+        yield
+    finally:
+        del projection.forward
+
+
+def max_token_logits(
+    states: torch.Tensor, attention_mask: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    """[batch, vocabulary]: per text, the max over its attended tokens of `states @ weight.T + bias`, computed one
+    TOKEN_TILE x VOCABULARY_TILE tile at a time. A text with no attended token gets -inf everywhere."""
+    batch_size, vocabulary = states.shape[0], weight.shape[0]
+    maxima = torch.full((batch_size, vocabulary), float("-inf"), dtype=states.dtype, device=states.device)
+    buffer = torch.empty(TOKEN_TILE * VOCABULARY_TILE, dtype=states.dtype, device=states.device)
+    for row in range(batch_size):
+        tokens = states[row][attention_mask[row].bool()]
+        for first_word in range(0, vocabulary, VOCABULARY_TILE):
+            words = slice(first_word, first_word + VOCABULARY_TILE)
+            word_weight = weight[words].T
+            row_maxima = maxima[row, words]
+            for first_token in range(0, tokens.shape[0], TOKEN_TILE):
+                token_tile = tokens[first_token : first_token + TOKEN_TILE]
+                logits = buffer[: token_tile.shape[0] * word_weight.shape[1]].view(token_tile.shape[0], -1)
+                if bias is None:
+                    torch.mm(token_tile, word_weight, out=logits)
+                else:
+                    torch.addmm(bias[words], token_tile, word_weight, out=logits)
+                torch.maximum(row_maxima, logits.amax(dim=0), out=row_maxima)
+    return maxima
+
+
+def activate(maxima: torch.Tensor, activation_function: str) -> torch.Tensor:
+    """SpladePooling's activation of the pooled logits: log(1 + ReLU(x)), once more log1p for "log1p_relu"."""
+    vectors = maxima.relu().log1p()
+    return vectors.log1p() if activation_function == "log1p_relu" else vectors

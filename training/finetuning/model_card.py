@@ -39,6 +39,7 @@ def dev_examples(dev: Collection, count: int) -> list[tuple[str, list[str]]]:
         for query_id in dev.queries
     }
     judged = {query_id: doc_ids for query_id, doc_ids in judged.items() if doc_ids}
+
     def length(query_id: str) -> int:
         return len(dev.queries[query_id]) + len(dev.corpus[judged[query_id][0]])
 

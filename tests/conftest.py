@@ -106,17 +106,6 @@ def shared_data_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def splade_tiny_dir(shared_data_dir) -> Path:
-    """`../shared/models/splade-tiny`: a trained SPLADE (BertForMaskedLM, 2 layers x 128 hidden, BERT uncased
-    vocabulary). Unlike the 2-step tiny SEED folder, whose [CLS] cosines all lie within 1e-5 of each other, its
-    scores spread, so rankings and what training changes in them are real rather than float noise."""
-    path = shared_data_dir.parent / "models" / "splade-tiny"
-    if not (path / "config.json").is_file():
-        unavailable(f"splade-tiny not found at {path}")
-    return path
-
-
-@pytest.fixture(scope="session")
 def pretrain_lines(shared_data_dir):
     """`pretrain_lines(n)` -> the first n lines of real English prose (>= 8 words) from `pretrain_text/`,
     taken round-robin over its files so every source is represented; same lines on every call."""
@@ -146,7 +135,9 @@ def pretrain_lines(shared_data_dir):
 @pytest.fixture(scope="session")
 def splade_tiny_dir() -> Path:
     """splade-tiny: a trained SPLADE (BertForMaskedLM, 2 layers x 128 hidden, BERT's 30,522-word vocabulary), a bare
-    transformers checkpoint in `../shared/models/splade-tiny` or `$SEED_SHARED_MODELS/splade-tiny`."""
+    transformers checkpoint in `../shared/models/splade-tiny` or `$SEED_SHARED_MODELS/splade-tiny`. Unlike the 2-step
+    tiny SEED folder, whose [CLS] cosines all lie within 1e-5 of each other, its scores spread, so rankings and what
+    training changes in them are real rather than float noise."""
     path = Path(os.environ.get("SEED_SHARED_MODELS", REPO_ROOT.parent / "shared" / "models")) / "splade-tiny"
     if not (path / "config.json").is_file():
         unavailable(f"splade-tiny not found at {path} (set SEED_SHARED_MODELS)")

@@ -6,6 +6,8 @@ searched in one block or in several. Hybrid: reciprocal rank fusion
 and normalised score sums follow their formulas over the members' runs.
 """
 
+import logging
+
 import numpy as np
 import pytest
 
@@ -151,6 +153,22 @@ def test_bm25_leaves_out_documents_sharing_no_word_with_the_query(collection):
 
     assert run["nonsense"] == {}
     assert run["one-word"] and all("hypothalamus" in collection.corpus[doc].lower() for doc in run["one-word"])
+
+
+def test_bm25_queries_of_stopwords_alone_match_nothing_and_are_counted_in_one_log_line(collection, caplog):
+    retriever = BM25Retriever(show_progress_bar=False)
+    retriever.index(collection.corpus)
+
+    with caplog.at_level(logging.INFO):
+        run = retriever.search({"stop-1": "of the and", "stop-2": "it is a", "word": "hypothalamus"}, TOP_K)
+    messages = [record.getMessage() for record in caplog.records]
+
+    assert run["stop-1"] == run["stop-2"] == {} != run["word"]
+    assert [message for message in messages if "query" in message or "queries" in message] == [
+        "BM25: 2 of 3 queries have no term left after stopwords and one-character words are removed; they match no "
+        "document."
+    ]
+    assert not retriever.scores("of the").any()  # a teacher's scores of such a query: 0 for every document
 
 
 def test_indexing_the_same_corpus_again_encodes_nothing(dense_model, collection, monkeypatch):

@@ -7,6 +7,7 @@ BM25 and the model's own index over a slice of SciFact (30 train and 30 test que
 import json
 
 import pytest
+from huggingface_hub import ModelCard
 from sentence_transformers import SentenceTransformer
 
 from finetune_helpers import (
@@ -21,6 +22,7 @@ from finetune_helpers import (
 from pretrain_helpers import max_abs_difference, weights
 from training.evaluation.collection import load_collection
 from training.evaluation.retrievers import dense
+from training.finetuning.data import training_set_from_beir
 
 
 @pytest.fixture(scope="module")
@@ -85,3 +87,26 @@ def test_final_model_is_the_best_round_on_dev_and_its_card_tells_the_recipe(self
     assert "ANCE-style" in card and "MultipleNegativesRankingLoss" in card
     assert "decoder of attention span 2" in card  # the SEED starting checkpoint's decoder
     assert (self_mined / "training_curves.png").stat().st_size > 0
+
+
+def test_card_names_base_model_language_licence_and_data_and_shows_dev_queries_with_their_documents(
+    self_mined, scifact_slice, tiny_seed_dir
+):
+    card = ModelCard.load(self_mined / "README.md")
+    dev = training_set_from_beir(str(scifact_slice), 0.3, None, 3).dev  # the fixture's --dev_fraction and --seed
+    judged_texts = {
+        dev.queries[query_id]: {dev.corpus[doc] for doc, relevance in judged.items() if relevance > 0}
+        for query_id, judged in dev.qrels.items()
+    }
+
+    assert card.data.base_model == str(tiny_seed_dir)
+    assert card.data.language == ["en"]
+    assert card.data.license == "apache-2.0"  # the SEED pretraining folder's card's, no --license given
+    assert f"- {scifact_slice.name}\n" in card.text  # the training dataset, by the collection's folder name
+    assert "Unknown" not in card.text
+    assert len(card.data.widget) == 3
+    for example in card.data.widget:
+        documents = set().union(*judged_texts.values())
+        assert example["sentences"][0] in judged_texts[example["source_sentence"]]
+        assert len(example["sentences"]) == 3 and set(example["sentences"]) <= documents
+

@@ -47,6 +47,18 @@ class FinetuningModelArguments:
     document_regularizer_weight: float = field(
         default=3e-5, metadata={"help": "With --sparse: weight of the FLOPS regulariser on document vectors."}
     )
+    language: list[str] = field(
+        default_factory=lambda: ["en"],
+        metadata={"help": "Language(s) of the training text, for the model card, as ISO 639-1 codes (default: en)."},
+    )
+    license: str | None = field(
+        default=None,
+        metadata={
+            "help": "Licence of the fine-tuned model for the model card, as a Hub licence id (e.g. apache-2.0, mit, "
+            "cc-by-4.0). Default: the starting checkpoint's, from its model card; the training data's terms may "
+            "call for another: check them."
+        },
+    )
 
     def __post_init__(self):
         if self.sparse and self.pooling is not None:

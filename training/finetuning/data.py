@@ -27,13 +27,15 @@ class TrainingSet:
 
     qrels holds every judgment of the training queries (relevance 0 = judged not relevant), so
     mining can exclude every judged positive; `given_negatives` are the negatives a pairs file
-    brought along; `dev` is the collection model selection is measured on.
+    brought along; `dev` is the collection model selection is measured on. `name` is the data's
+    name on the model card (a folder's or file's name), `description` says what was made of it.
     """
 
     queries: dict[str, str]
     corpus: dict[str, str]
     qrels: dict[str, dict[str, int]]
     dev: Collection
+    name: str
     description: str
     given_negatives: dict[str, list[str]] = field(default_factory=dict)
 
@@ -69,7 +71,7 @@ def _subset(collection: Collection, query_ids, name: str) -> Collection:
 
 
 def _with_held_out_dev(
-    whole: Collection, dev_fraction: float, max_train_queries: int | None, seed: int, source: str
+    whole: Collection, dev_fraction: float, max_train_queries: int | None, seed: int, name: str, source: str
 ) -> TrainingSet:
     """Training queries of `whole` with `dev_fraction` of them held out as the dev collection (same corpus)."""
     query_ids, dev_ids = _split_off(_with_positives(whole), dev_fraction, seed)
@@ -81,6 +83,7 @@ def _with_held_out_dev(
         corpus=whole.corpus,
         qrels=kept.qrels,
         dev=_subset(whole, dev_ids, DEV_SPLIT),
+        name=name,
         description=f"{source}: {len(query_ids)} training queries{few_shot}; dev: {len(dev_ids)} of them held out",
     )
 
@@ -94,15 +97,16 @@ def training_set_from_beir(
 ) -> TrainingSet:
     """The train split of a BEIR folder; dev is qrels/dev.tsv when present, else held-out training queries."""
     train = load_collection(data_dir, "train", skip_unknown_ids=skip_unknown_ids)
-    source = f"`{Path(data_dir).name}` train split"
+    name = Path(data_dir).name
+    source = f"`{name}` train split"
     if not (Path(data_dir) / "qrels" / f"{DEV_SPLIT}.tsv").is_file():
-        return _with_held_out_dev(train, dev_fraction, max_train_queries, seed, source)
+        return _with_held_out_dev(train, dev_fraction, max_train_queries, seed, name, source)
     dev = load_collection(data_dir, DEV_SPLIT, skip_unknown_ids=skip_unknown_ids, corpus=train.corpus)
     query_ids = _few_shot(_with_positives(train), max_train_queries, seed)
     kept = _subset(train, query_ids, "train")
     few_shot = f" (few-shot: drawn with seed {seed})" if max_train_queries else ""
     return TrainingSet(
-        queries=kept.queries, corpus=train.corpus, qrels=kept.qrels, dev=dev,
+        queries=kept.queries, corpus=train.corpus, qrels=kept.qrels, dev=dev, name=name,
         description=f"{source}: {len(query_ids)} training queries{few_shot}; dev: the collection's dev split",
     )
 
@@ -142,7 +146,8 @@ def training_set_from_pairs(path: str, dev_fraction: float, max_train_queries: i
             corpus[_text_id("d", text)] = text
             negatives.setdefault(query_id, []).append(_text_id("d", text))
     whole = Collection(name="train", corpus=corpus, queries=queries, qrels=qrels)
-    training_set = _with_held_out_dev(whole, dev_fraction, max_train_queries, seed, f"`{Path(path).name}`")
+    name = Path(path).name
+    training_set = _with_held_out_dev(whole, dev_fraction, max_train_queries, seed, name, f"`{name}`")
     training_set.given_negatives = {query_id: ids for query_id, ids in negatives.items() if query_id in training_set.queries}
     return training_set
 
@@ -154,7 +159,9 @@ def random_crop(words: list[str], rng: random.Random) -> str:
     return " ".join(words[start : start + length])
 
 
-def training_set_from_crops(passages: list[str], dev_fraction: float, seed: int, description: str) -> TrainingSet:
+def training_set_from_crops(
+    passages: list[str], dev_fraction: float, seed: int, name: str, description: str
+) -> TrainingSet:
     """Unsupervised pairs: for each passage, one random crop is the query and another the document it must find."""
     rng = random.Random(seed)
     queries, corpus, qrels = {}, {}, {}
@@ -172,5 +179,6 @@ def training_set_from_crops(passages: list[str], dev_fraction: float, seed: int,
         )
     whole = Collection(name="train", corpus=corpus, queries=queries, qrels=qrels)
     return _with_held_out_dev(
-        whole, dev_fraction, None, seed, f"{description}, passages as pairs of independent random crops (Contriever)"
+        whole, dev_fraction, None, seed, name,
+        f"{description}, passages as pairs of independent random crops (Contriever)",
     )

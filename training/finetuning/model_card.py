@@ -1,20 +1,74 @@
-"""The fine-tuned model's card: sentence-transformers' own card, extended with the recipe, the
-starting checkpoint, a dev/test table and a plot of the training loss and dev nDCG@10."""
+"""The fine-tuned model's card: sentence-transformers' own card, filled with what the run knows and
+extended with the recipe, the starting checkpoint, a dev/test table and a plot of the training loss
+and dev nDCG@10."""
 
 import json
 import shlex
 import sys
 from pathlib import Path
 
+from huggingface_hub import metadata_load
 from jinja2 import Template
 from sentence_transformers.sparse_encoder.losses import CachedSpladeLoss, SpladeLoss
 
 from ..common.model_cards import model_card_template
+from ..evaluation.collection import Collection
+from .data import TrainingSet
 from .rounds import RoundPlan
 
 TEMPLATE = "finetuned_retriever.md"
 CURVES_PLOT = "training_curves.png"
 PRIMARY_METRIC = "ndcg@10"
+# Widget examples: dev queries, each with its judged document and the judged documents of two other queries.
+WIDGET_EXAMPLES = 3
+DOCUMENTS_PER_EXAMPLE = 3
+
+
+def starting_licence(path: str) -> str | None:
+    """The licence the starting checkpoint's model card declares, if it has a card that declares one."""
+    card = Path(path) / "README.md"
+    metadata = metadata_load(card) if card.is_file() else None
+    return (metadata or {}).get("license")
+
+
+def dev_examples(dev: Collection, count: int) -> list[tuple[str, list[str]]]:
+    """(query, documents) for `count` dev queries, shortest first: the query's judged document, then documents
+    judged for the other chosen queries, so a reader sees the model rank real text of the split it was selected on."""
+    judged = {
+        query_id: sorted(doc_id for doc_id, relevance in dev.qrels[query_id].items() if relevance > 0)
+        for query_id in dev.queries
+    }
+    judged = {query_id: doc_ids for query_id, doc_ids in judged.items() if doc_ids}
+
+    def length(query_id: str) -> int:
+        return len(dev.queries[query_id]) + len(dev.corpus[judged[query_id][0]])
+
+    chosen = sorted(judged, key=lambda query_id: (length(query_id), query_id))[:count]
+    examples = []
+    for query_id in chosen:
+        others = [judged[other][0] for other in chosen if judged[other][0] not in judged[query_id]]
+        documents = [judged[query_id][0], *dict.fromkeys(others)][:DOCUMENTS_PER_EXAMPLE]
+        examples.append((dev.queries[query_id], [dev.corpus[doc_id] for doc_id in documents]))
+    return examples
+
+
+def fill_card_data(model, model_args, training_set: TrainingSet) -> None:
+    """Put what the run knows into sentence-transformers' card data (the card's YAML header and model details),
+    before the trainer reads it: the starting checkpoint as base model, language, licence, the training data's
+    name, and widget and usage examples from dev queries and their judged documents (the trainer would otherwise
+    pick random training texts)."""
+    card_data = model.model_card_data
+    card_data.base_model = model_args.model_name_or_path  # assigned: set_base_model would look it up on the Hub
+    card_data.set_language(model_args.language)
+    card_data.set_license(model_args.license or starting_licence(model_args.model_name_or_path))
+    card_data.train_datasets = [{"name": training_set.name}]
+    examples = dev_examples(training_set.dev, WIDGET_EXAMPLES)
+    if card_data.pipeline_tag == "sentence-similarity":
+        card_data.widget = [{"source_sentence": query, "sentences": documents} for query, documents in examples]
+    else:  # feature extraction (sparse models): one text per entry
+        card_data.widget = [{"text": text} for query, documents in examples for text in (query, documents[0])]
+    query, documents = examples[0]
+    card_data.usage_examples = [query, *documents]
 
 
 def _unprefixed(metrics: dict, split: str) -> dict:

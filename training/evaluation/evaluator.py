@@ -3,11 +3,36 @@
 from sentence_transformers import SparseEncoder
 from sentence_transformers.base.evaluation import BaseEvaluator
 
+from ..common.timing import PhaseTimer
 from .collection import Collection
+from .embedding_cache import weights_fingerprint
 from .evaluate import evaluate_retriever
 from .metrics import DEFAULT_METRICS
-from .retrievers import DenseRetriever, SparseRetriever
+from .retrievers import DenseRetriever, Retriever, SparseRetriever
 from .retrievers.sparse import SPARSITY_STATS
+
+EVALUATION = "evaluation"
+CORPUS_ENCODING = "corpus encoding"
+
+
+def model_retriever(model, name: str, batch_size: int, cache_dir: str | None, show_progress_bar: bool = True) -> Retriever:
+    """Exact search with a model being trained: dense for a SentenceTransformer, sparse for a SparseEncoder. With
+    `cache_dir`, its encoded corpus is kept there under the identity of its current weights, so the same weights
+    never encode the same corpus twice, and weights trained any further never read another's."""
+    retriever_class = SparseRetriever if isinstance(model, SparseEncoder) else DenseRetriever
+    return retriever_class(
+        model, name=name, batch_size=batch_size, show_progress_bar=show_progress_bar,
+        cache_dir=cache_dir, cache_key=None if cache_dir is None else weights_fingerprint(model),
+    )
+
+
+def indexed(retriever: Retriever, corpus: dict[str, str], timer: PhaseTimer) -> Retriever:
+    """`retriever` with `corpus` indexed (indexing it again later does nothing); an encoding of the corpus, not a
+    read from the cache, is timed as one."""
+    retriever.index(corpus)
+    if not retriever.corpus_from_cache:
+        timer.record(CORPUS_ENCODING, retriever.stats()["encode_seconds"])
+    return retriever
 
 
 class RetrievalEvaluator(BaseEvaluator):
@@ -16,8 +41,9 @@ class RetrievalEvaluator(BaseEvaluator):
     with `name` (e.g. "dev_ndcg@10", the primary metric), plus the sparse models' active dimensions and FLOPS.
 
     In `SentenceTransformerTrainer` and `SparseEncoderTrainer` under DDP, the trainer calls the evaluator on rank 0
-    only and shares the encoding across ranks (sentence-transformers' distributed inference); the corpus is
-    encoded afresh at every call, never cached, since the model changes.
+    only and shares the encoding across ranks (sentence-transformers' distributed inference). The corpus is
+    encoded at every call unless `cache_dir` is given: then once per weights (see `model_retriever`). Its time
+    goes to `timer`: evaluation, and corpus encoding apart.
     """
 
     def __init__(
@@ -28,6 +54,8 @@ class RetrievalEvaluator(BaseEvaluator):
         top_k: int = 1000,
         show_progress_bar: bool = False,
         metrics=DEFAULT_METRICS,
+        cache_dir: str | None = None,
+        timer: PhaseTimer | None = None,
     ):
         super().__init__()
         self.collection = collection
@@ -38,16 +66,14 @@ class RetrievalEvaluator(BaseEvaluator):
         self.metrics = tuple(metrics)
         self.primary_metric = f"{name}_{self.metrics[0]}"
         self.greater_is_better = True
-        # The retriever of the last call, its corpus index included: reusable while its model is not trained further.
-        self.last_retriever = None
+        self.cache_dir = cache_dir
+        self.timer = timer or PhaseTimer()
 
     def __call__(self, model, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
-        retriever_class = SparseRetriever if isinstance(model, SparseEncoder) else DenseRetriever
-        retriever = retriever_class(
-            model, name=self.name, batch_size=self.batch_size, show_progress_bar=self.show_progress_bar
-        )
-        result = evaluate_retriever(retriever, self.collection, self.top_k, self.metrics)
-        self.last_retriever = retriever
+        with self.timer.phase(EVALUATION):
+            retriever = model_retriever(model, self.name, self.batch_size, self.cache_dir, self.show_progress_bar)
+            indexed(retriever, self.collection.corpus, self.timer)
+            result = evaluate_retriever(retriever, self.collection, self.top_k, self.metrics)
         sparsity = {stat: value for stat, value in result.stats.items() if stat in SPARSITY_STATS}
         metrics = self.prefix_name_to_metrics({**result.metrics, **sparsity}, self.name)
         self.store_metrics_in_model_card_data(model, metrics, epoch, steps)

@@ -1,8 +1,7 @@
 """Dense and sparse retrievers: everything fine-tuning does differently for the two, in one place.
 
 The pipeline (data, negatives, teachers, rounds, resume, card) is the same for both; a family
-says how to load the starting model, which trainer trains it, which retriever mines its own
-negatives, and how its training loss is composed.
+says how to load the starting model, which trainer trains it, and how its training loss is composed.
 """
 
 from dataclasses import dataclass
@@ -12,7 +11,6 @@ from sentence_transformers import SentenceTransformerTrainer, SparseEncoderTrain
 
 from ..common.errors import InputError
 from ..common.models import has_mlm_head, load_sentence_transformer, load_sparse_encoder, model_kind
-from ..evaluation.retrievers import DenseRetriever, SparseRetriever
 from .arguments import FinetuningModelArguments, RecipeArguments
 from .losses import SparseRegularisation, build_loss, teacher_label_scale
 
@@ -38,10 +36,6 @@ class RetrieverFamily:
 
     def trainer(self, **kwargs):
         return (SparseEncoderTrainer if self.sparse else SentenceTransformerTrainer)(**kwargs)
-
-    def retriever(self, model, batch_size: int):
-        """The model's own index, for ANCE-style mining."""
-        return (SparseRetriever if self.sparse else DenseRetriever)(model, name="self", batch_size=batch_size)
 
     def loss(self, model, recipe: RecipeArguments, model_args: FinetuningModelArguments):
         regularisation = None

@@ -5,6 +5,11 @@ negatives (given, mined by BM25, or ANCE-style from the current model's own inde
 teacher, its scores. Every input is checked before anything is written; an interrupted run
 resumes from its last whole round or checkpoint; the final model is the round with the best dev
 nDCG@10, and appears in the output folder only once it is complete.
+
+Each model encodes the corpus once: the encoding is kept under `finetuning/corpus_embeddings/`, keyed by the
+model's weights and the corpus, and the dev evaluation, the next round's mining and the final evaluation of the
+same weights (a resumed run's included) read it from there. Where the run's time went (training steps, corpus
+encodings, mining, evaluation, saving, the rest) is logged at the end and kept in `finetuning/timings.json`.
 """
 
 import copy
@@ -30,15 +35,16 @@ from ..common.output_dir import (
     push_final_model,
     staging_dir,
 )
+from ..common.timing import PhaseTimer, TrainingStepTimer, breakdown_lines
 from ..evaluation.collection import Collection, load_collection
-from ..evaluation.evaluator import RetrievalEvaluator
+from ..evaluation.evaluator import RetrievalEvaluator, indexed, model_retriever
 from ..evaluation.report import STAT_COLUMNS
 from .arguments import FinetuningDataArguments, FinetuningModelArguments, RecipeArguments, SeedFinetuningArguments
 from .data import TrainingSet, training_set_from_beir, training_set_from_crops, training_set_from_pairs
 from .examples import examples_dataset
 from .families import RetrieverFamily, retriever_family
 from .model_card import describe_recipe, fill_card_data, write_model_card
-from .rounds import RoundPlan, prepare_examples, train_round, write_json_atomically
+from .rounds import SAVING, RoundPlan, prepare_examples, train_round, write_json_atomically
 from .teachers import check_teacher_specs, load_teacher
 
 logger = logging.getLogger(__name__)
@@ -46,6 +52,11 @@ logger = logging.getLogger(__name__)
 STATE_DIR = "finetuning"
 RUN_FILE = "run.json"
 START_METRICS_FILE = "start_dev_metrics.json"
+# Each model's encoded corpus, by weights: the dev evaluation, the next round's mining and the final evaluation
+# (and a resumed run) of the same weights share one encoding.
+CORPUS_EMBEDDINGS_DIR = "corpus_embeddings"
+TIMINGS_FILE = "timings.json"
+MINING = "mining"
 
 
 def load_training_set(data_args: FinetuningDataArguments, seed: int) -> TrainingSet:
@@ -134,13 +145,12 @@ def on_main_process(training_args, work):
     return result[0]
 
 
-def own_index(family: RetrieverFamily, model, evaluator: RetrievalEvaluator, batch_size: int):
-    """The model's own retriever for ANCE-style mining. The dev evaluation that ended the previous round
-    indexed the corpus with this very model, untrained since: its index is reused (when the training corpus
-    is the dev corpus, as in a BEIR collection) rather than encoded again."""
-    if evaluator.last_retriever is not None and evaluator.last_retriever.model is model:
-        return evaluator.last_retriever
-    return family.retriever(model, batch_size)
+def own_index(model, corpus: dict[str, str], evaluator: RetrievalEvaluator):
+    """The model's own index of the training corpus, for ANCE-style mining. The dev evaluation that ended the
+    previous round encoded the corpus with these very weights (when the training corpus is the dev corpus, as in
+    a BEIR collection): its encoding is read from the cache rather than made again."""
+    retriever = model_retriever(model, "self", evaluator.batch_size, evaluator.cache_dir)
+    return indexed(retriever, corpus, evaluator.timer)
 
 
 def round_arguments(training_args: SeedFinetuningArguments, folder: Path) -> SeedFinetuningArguments:
@@ -170,6 +180,7 @@ def run_finetuning(
     training_args: SeedFinetuningArguments,
 ) -> Path:
     """Fine-tune a Siamese retriever and write it to `training_args.output_dir`; returns that folder."""
+    timer = PhaseTimer()
     logging.basicConfig(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         level=logging.INFO if training_args.should_log else logging.WARNING,
@@ -191,19 +202,30 @@ def run_finetuning(
         )
         if refusal is not None:
             raise InputError(refusal)
-        return finetune_in_rounds(
-            family, model, model_args, data_args, recipe, training_args, training_set, test_collection
-        )
+        finetune_in_rounds(family, model, model_args, data_args, recipe, training_args, training_set, test_collection, timer)
+        if training_args.process_index == 0:
+            report_timings(output_dir / STATE_DIR / TIMINGS_FILE, timer)
+    return output_dir
+
+
+def report_timings(path: Path, timer: PhaseTimer) -> None:
+    """Log where the run's wall time went, and keep it in `path`."""
+    breakdown = timer.breakdown()
+    write_json_atomically(path, breakdown)
+    logger.info("Wall time of this run, by phase:\n%s", "\n".join(breakdown_lines(breakdown)))
 
 
 def finetune_in_rounds(
     family: RetrieverFamily, model, model_args, data_args, recipe, training_args, training_set: TrainingSet,
-    test_collection: Collection | None,
-) -> Path:
+    test_collection: Collection | None, timer: PhaseTimer,
+) -> None:
     output_dir = Path(training_args.output_dir)
     state_dir = output_dir / STATE_DIR
     batch_size = training_args.per_device_eval_batch_size
-    evaluator = RetrievalEvaluator(training_set.dev, name="dev", batch_size=batch_size, show_progress_bar=True)
+    cache_dir = str(state_dir / CORPUS_EMBEDDINGS_DIR)
+    evaluator = RetrievalEvaluator(
+        training_set.dev, name="dev", batch_size=batch_size, show_progress_bar=True, cache_dir=cache_dir, timer=timer
+    )
     start_metrics = evaluate_once(state_dir / START_METRICS_FILE, model, evaluator, training_args)
     teacher = load_teacher(recipe.teacher, training_set.corpus) if recipe.teacher else None
 
@@ -213,15 +235,16 @@ def finetune_in_rounds(
             model = family.load(str(plan.model_dir), model_args)
             continue
         set_seed(training_args.seed + plan.number)
-        examples, scores = on_main_process(
-            training_args,
-            lambda: prepare_examples(
-                plan, training_set, recipe, training_args.seed,
-                retriever_for_model=lambda: own_index(family, model, evaluator, batch_size),
-                teacher=teacher,
-                label_scale=family.teacher_label_scale(recipe),
-            ),
-        )
+        with timer.phase(MINING):
+            examples, scores = on_main_process(
+                training_args,
+                lambda: prepare_examples(
+                    plan, training_set, recipe, training_args.seed,
+                    retriever_for_model=lambda: own_index(model, training_set.corpus, evaluator),
+                    teacher=teacher,
+                    label_scale=family.teacher_label_scale(recipe),
+                ),
+            )
         fill_card_data(model, model_args, training_set)
         trainer = family.trainer(
             model=model,
@@ -230,7 +253,8 @@ def finetune_in_rounds(
             loss=family.loss(model, recipe, model_args),
             evaluator=evaluator,
         )
-        train_round(plan, trainer)
+        trainer.add_callback(TrainingStepTimer(timer))
+        train_round(plan, trainer, timer)
 
     best = max(plans, key=lambda plan: plan.dev_metrics()[evaluator.primary_metric])
     final_model = family.load(str(best.model_dir), model_args)
@@ -239,9 +263,14 @@ def finetune_in_rounds(
         split = data_args.eval_split
         test_metrics = evaluate_once(
             state_dir / f"{split}_metrics.json", final_model,
-            RetrievalEvaluator(test_collection, name=split, batch_size=batch_size, show_progress_bar=True), training_args,
+            RetrievalEvaluator(
+                test_collection, name=split, batch_size=batch_size, show_progress_bar=True, cache_dir=cache_dir,
+                timer=timer,
+            ),
+            training_args,
         )
     if training_args.process_index == 0:
+        timer.begin(SAVING)
         staged = staging_dir(str(output_dir))
         shutil.rmtree(staged, ignore_errors=True)
         shutil.copytree(best.model_dir, staged)
@@ -264,4 +293,4 @@ def finetune_in_rounds(
         publish_final_model(str(output_dir))
         if training_args.push_to_hub:
             push_final_model(training_args, "seed-encoder fine-tuning: final model", (STATE_DIR, f"{STATE_DIR}/**"))
-    return output_dir
+        timer.end()

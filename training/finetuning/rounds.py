@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..common.output_dir import FINISHED_MARKER, last_complete_checkpoint, publish_final_model, staging_dir
+from ..common.timing import PhaseTimer
 from ..evaluation.retrievers import BM25Retriever
 from .data import TrainingSet
 from .examples import teacher_scores
@@ -25,6 +26,7 @@ logger = logging.getLogger(__name__)
 EXAMPLES_FILE = "examples.json"
 DEV_METRICS_FILE = "dev_metrics.json"
 MODEL_DIR = "model"
+SAVING = "saving"
 
 
 @dataclass
@@ -84,19 +86,20 @@ def prepare_examples(plan: RoundPlan, training_set: TrainingSet, recipe, seed: i
     return examples, scores
 
 
-def train_round(plan: RoundPlan, trainer) -> dict:
+def train_round(plan: RoundPlan, trainer, timer: PhaseTimer) -> dict:
     """Train the round (resuming its last whole checkpoint), then write its dev metrics and its model."""
     checkpoint = last_complete_checkpoint(plan.folder)
     trainer.train(resume_from_checkpoint=None if checkpoint is None else str(checkpoint))
     metrics = final_evaluation(trainer)
     if trainer.is_world_process_zero():
-        staged = staging_dir(str(plan.model_dir))
-        shutil.rmtree(staged, ignore_errors=True)  # what a run killed while saving left
-        # On the main process only: sentence-transformers' `_save` writes on every process that calls it.
-        trainer.save_model(str(staged))
-        trainer.state.save_to_json(str(plan.folder / "trainer_state.json"))
-        write_json_atomically(plan.folder / DEV_METRICS_FILE, metrics)
-        publish_final_model(str(plan.model_dir))
+        with timer.phase(SAVING):
+            staged = staging_dir(str(plan.model_dir))
+            shutil.rmtree(staged, ignore_errors=True)  # what a run killed while saving left
+            # On the main process only: sentence-transformers' `_save` writes on every process that calls it.
+            trainer.save_model(str(staged))
+            trainer.state.save_to_json(str(plan.folder / "trainer_state.json"))
+            write_json_atomically(plan.folder / DEV_METRICS_FILE, metrics)
+            publish_final_model(str(plan.model_dir))
     trainer.accelerator.wait_for_everyone()
     return metrics
 

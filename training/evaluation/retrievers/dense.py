@@ -6,7 +6,7 @@ from sentence_transformers import SentenceTransformer
 from tqdm.auto import tqdm
 
 from ...common.errors import InputError
-from ..embedding_cache import cache_file, load_embeddings, save_embeddings
+from ..embedding_cache import cached_embeddings, model_cache_file
 from .base import Retriever, Run, run_from_top_k
 
 SEARCH_CHUNK = 1024  # queries per faiss call (one progress step)
@@ -17,9 +17,10 @@ class DenseRetriever(Retriever):
     any; plain `encode` otherwise), and ranks by the model's similarity: cosine (inner product of L2-normalised
     vectors) or dot product.
 
-    With `cache_dir` and `cache_key` (an identity of the model's weights, e.g. `folder_fingerprint(path)`), corpus
-    embeddings are read from and written to `cache_dir`, keyed by that identity, the model's modules (pooling,
-    max_seq_length, normalisation), its prompts and the corpus' content. A model being trained passes no cache.
+    With `cache_dir` and `cache_key` (an identity of the model's weights: `folder_fingerprint(path)` of a saved
+    model, `weights_fingerprint(model)` of one being trained), corpus embeddings are read from and written to
+    `cache_dir`, keyed by that identity, the model's modules (pooling, max_seq_length, normalisation), its prompts
+    and the corpus' content.
     """
 
     def __init__(
@@ -57,24 +58,12 @@ class DenseRetriever(Retriever):
             faiss.normalize_L2(vectors)
         return vectors
 
-    def _cache_path(self):
-        if self.cache_dir is None or self.cache_key is None:
-            return None
-        # max_seq_length lives on the tokenizer, outside the modules' configuration.
-        modules = [(type(module).__name__, module.get_config_dict()) for module in self.model]
-        return cache_file(
-            self.cache_dir, self.cache_key, modules, self.model.max_seq_length, self.model.prompts, self.corpus_fingerprint
-        )
-
     def _document_embeddings(self, corpus: dict[str, str]) -> np.ndarray:
-        path = self._cache_path()
-        cached = load_embeddings(path, len(corpus)) if path is not None else None
-        self.corpus_from_cache = cached is not None
-        if cached is not None:
-            return cached
-        embeddings = self._embeddings(self.model.encode_document, list(corpus.values()))
-        if path is not None:
-            save_embeddings(path, embeddings)
+        embeddings, self.corpus_from_cache = cached_embeddings(
+            model_cache_file(self.cache_dir, self.cache_key, self.model, self.corpus_fingerprint),
+            len(corpus),
+            lambda: self._embeddings(self.model.encode_document, list(corpus.values())),
+        )
         return embeddings
 
     def _build_index(self, corpus: dict[str, str]) -> None:

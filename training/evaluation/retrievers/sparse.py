@@ -6,6 +6,7 @@ from sentence_transformers import SparseEncoder
 from tqdm.auto import tqdm
 
 from ...common.sparse_encoding import Task, encode_sparse
+from ..embedding_cache import cached_embeddings, model_cache_file
 from .base import Retriever, Run, run_from_top_k
 
 # Scores are computed for a block of queries against the whole corpus at a time: at most this many floats.
@@ -31,13 +32,27 @@ class SparseRetriever(Retriever):
     the SPLADE papers define it (Formal et al. 2021, after Paria et al. 2020): the expected number of
     multiplications to score one query against one document, sum over the vocabulary of p_q(j) * p_d(j), where
     p_q(j) and p_d(j) are the fractions of queries and of documents in which term j is active.
+
+    With `cache_dir` and `cache_key` (an identity of the model's weights), the encoded corpus is read from and
+    written to `cache_dir` as a CSR matrix, keyed as DenseRetriever keys its embeddings.
     """
 
-    def __init__(self, model: SparseEncoder, name: str, batch_size: int = 32, show_progress_bar: bool = True):
+    def __init__(
+        self,
+        model: SparseEncoder,
+        name: str,
+        batch_size: int = 32,
+        show_progress_bar: bool = True,
+        cache_dir: str | None = None,
+        cache_key: str | None = None,
+    ):
         super().__init__(name)
         self.model = model
         self.batch_size = batch_size
         self.show_progress_bar = show_progress_bar
+        self.cache_dir = cache_dir
+        self.cache_key = cache_key
+        self.corpus_from_cache = False
         self.settings = {"max_seq_length": model.max_seq_length}
         self.documents: sparse.csr_matrix | None = None  # the encoded corpus, document x term
         self._postings: sparse.csr_matrix | None = None  # term x document: the inverted index
@@ -48,7 +63,11 @@ class SparseRetriever(Retriever):
         return encode_sparse(self.model, texts, task, self.batch_size, self.show_progress_bar)
 
     def _build_index(self, corpus: dict[str, str]) -> None:
-        self.documents = self._vectors("document", list(corpus.values()))
+        self.documents, self.corpus_from_cache = cached_embeddings(
+            model_cache_file(self.cache_dir, self.cache_key, self.model, self.corpus_fingerprint, suffix=".npz"),
+            len(corpus),
+            lambda: self._vectors("document", list(corpus.values())),
+        )
         self._postings = self.documents.T.tocsr()
 
     def _search(self, queries: dict[str, str], top_k: int) -> Run:
@@ -69,7 +88,7 @@ class SparseRetriever(Retriever):
         return np.concatenate(indices), np.concatenate(scores)
 
     def stats(self) -> dict[str, float]:
-        stats = super().stats()
+        stats = {**super().stats(), "corpus_from_cache": float(self.corpus_from_cache)}
         if self.documents is not None:
             stats["document_active_dims"] = float(self.documents.getnnz(axis=1).mean())
         if self._queries is not None and self.documents is not None:

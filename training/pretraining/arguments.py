@@ -6,8 +6,9 @@ from transformers import TrainingArguments
 
 from .presets import PRESETS
 
-# A fresh decoder behind an already trained encoder learns too slowly at the encoder's gentle rate (measured from
-# splade-tiny on SciFact: README, "A fresh decoder behind a trained encoder").
+# A fresh decoder behind an already trained encoder learns too slowly at the encoder's gentle rate. Measured from
+# splade-tiny on SciFact (encoder at 1e-4, batch 32, 128 tokens, 100 steps): with the decoder at 10x, eval decoder
+# loss 7.43 and cls_information 0.050 nats/token; at 1x, 8.12 and 0.004; the MLM loss the same (5.21 / 5.20).
 WARM_START_DECODER_LR_FACTOR = 10.0
 
 

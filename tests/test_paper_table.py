@@ -200,7 +200,11 @@ def test_each_decoder_arm_reports_its_cls_information_curve_and_plot(warm_table)
 
 
 def test_few_shot_columns_are_the_fine_tuned_models_not_the_pretrained_ones(warm_table):
-    """Evaluating the pretrained folder instead of the fine-tuned output would repeat the zero-shot column."""
+    """Evaluating the pretrained folder instead of the fine-tuned output would repeat the zero-shot column. On a slice
+    this small two steps of fine-tuning may leave the metrics as they were, so the models are told apart by what each
+    dense evaluation encoded: the corpus embeddings are cached per model folder."""
+    cached = list((warm_table.work / "embedding-cache").glob("*.npy"))
+    assert len(cached) == 2 * len(warm_table.rows)  # each row's zero-shot model and its k=8 fine-tuned model
     collection = load_collection(str(warm_table.data_dir), "test")
 
     def dense_metrics(folder: Path) -> dict:
@@ -211,7 +215,6 @@ def test_few_shot_columns_are_the_fine_tuned_models_not_the_pretrained_ones(warm
         steps = row["per_seed"]["1"]
         fine_tuned = dense_metrics(warm_table.work / key / "seed-1" / "dense-k8")
         assert steps["dense k=8"]["ndcg@10"] == pytest.approx(fine_tuned["ndcg@10"], abs=1e-9), key
-        assert steps["dense k=8"]["ndcg@10"] != steps["dense zero-shot"]["ndcg@10"], key
 
 
 def test_a_warm_table_rerun_runs_nothing_again(warm_table):

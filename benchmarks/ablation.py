@@ -1,5 +1,6 @@
-"""The SEED paper's ablation as steps: pre-train each arm, then evaluate its [CLS] encoder zero-shot and after few-shot
-fine-tuning, for each seed.
+"""The SEED paper's ablation as steps: pre-train each arm, then evaluate it as a [CLS] dense encoder and as a SPLADE
+model on its own MLM head, zero-shot and after few-shot fine-tuning, for each seed; when pre-training continues a
+trained encoder, the starting checkpoint itself is evaluated the same way (the `start` row).
 
 The arms differ only in the decoder: none (MLM only), SEED's weak one, a strong one, or a sweep of depth x span.
 Everything else is the same for all of them: tokenizer, pre-training text, steps, batch, learning-rate schedule,
@@ -13,9 +14,11 @@ The work folder:
     settings.json                         what defines every step; a rerun with other settings is refused
     results.json                          the finished steps' results, by step
     tokenizer/                            --from scratch: the WordPiece tokenizer every arm shares
-    <arm>/seed-<S>/pretrained/            the arm's pre-training run (eval_cls_information in its all_results.json)
-    <arm>/seed-<S>/finetuned-k<K>/        fine-tuned on K training queries drawn with seed S (finetuned-kall: all)
-    embedding-cache/                      corpus embeddings of the evaluated models
+    <arm>/seed-<S>/pretrained/            the arm's pre-training run: eval_cls_information at every evaluation in
+                                          trainer_state.json, drawn in loss_curves.png
+    <arm>/seed-<S>/<kind>-k<K>/           fine-tuned as a dense or sparse model on K training queries drawn with seed S
+                                          (<kind>-kall: all of them); start/seed-<S>/<kind>-k<K>/ for the start row
+    embedding-cache/                      dense corpus embeddings of the evaluated models
 """
 
 import json
@@ -23,20 +26,25 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from harness import ResultStore, dense_retriever, precision_flags, run_script
+from harness import ResultStore, dense_retriever, precision_flags, run_script, sparse_retriever
 from training import finetune, pretrain
 from training.common.errors import InputError
 from training.evaluation.collection import load_collection
 from training.evaluation.evaluate import evaluate_retriever
 from training.common.corpus import check_train_files, load_raw_corpus
+from training.pretraining.model_card import LOSS_PLOT
 from training.pretraining.tokenizer import train_wordpiece_tokenizer
 
 SCRATCH = "scratch"
 METRICS = ("ndcg@10", "recall@100")
 ZERO_SHOT = "zero-shot"
 PRETRAINING = "pretraining"
-# (pre-training, fine-tuning) peak learning rates: a new model learns fast, an already trained encoder is nudged.
-LEARNING_RATES = {"scratch": (5e-4, 1e-4), "warm": (5e-5, 2e-5)}
+# How every model is evaluated: its [CLS] vector (dense) and SPLADE on its own MLM head (sparse).
+KINDS = ("dense", "sparse")
+# (pre-training, fine-tuning) peak learning rates: a new model learns fast, an already trained encoder is nudged
+# (1e-4: the rate the issue-20 warm runs from splade-tiny measured; its fresh decoder trains at 10x, the pre-training
+# pipeline's warm-start default).
+LEARNING_RATES = {"scratch": (5e-4, 1e-4), "warm": (1e-4, 2e-5)}
 # The pre-training metrics the table reports, as the pipeline logs them on its validation split.
 PRETRAINING_METRICS = ("cls_information", "mlm_loss", "decoder_loss")
 
@@ -49,10 +57,13 @@ class Arm:
     name: str
     decoder_num_layers: int | None = None
     decoder_attention_span: str | None = None
+    pretrains: bool = True  # False: the start row, the starting checkpoint evaluated as it is
 
     @property
     def key(self) -> str:
         """Its folder and result name: the same whether the arm runs among the main arms or in the sweep."""
+        if not self.pretrains:
+            return "start"
         if self.decoder_num_layers is None:
             return "mlm-only"
         return f"decoder-{self.decoder_num_layers}-span-{self.decoder_attention_span}"
@@ -65,6 +76,7 @@ class Arm:
         ]
 
 
+START = Arm("start: the checkpoint as it is (no continued pre-training)", pretrains=False)
 MLM_ONLY = Arm("MLM only (λ = 0)")
 SEED = Arm("SEED (3 layers, span 2)", 3, "2")
 STRONG_DECODER = Arm("strong decoder (3 layers, full span)", 3, "full")
@@ -94,9 +106,10 @@ class Budget:
     finetuning_steps: int
     finetuning_batch_size: int
     finetuning_recipe: tuple[str, ...]  # hard negatives and rounds, as training/finetune.py flags
-    scratch_config: str  # --from scratch: the model shape (a pretraining preset) ...
+    pretraining_evaluations: int  # on the validation split, evenly over the run: the cls_information curve
+    scratch_config: str | None  # --from scratch: the model shape (a pretraining preset; None: --from PATH only) ...
     scratch_overrides: str | None  # ... with these config fields changed
-    tokenizer_vocab_size: int  # --from scratch: the WordPiece vocabulary trained on the pre-training text
+    tokenizer_vocab_size: int | None  # --from scratch: the WordPiece vocabulary trained on the pre-training text
     validation_percentage: float  # of the pre-training text, held out; cls_information is measured on it
 
 
@@ -106,33 +119,47 @@ BUDGETS = {
         description="a pipeline check in seconds; the numbers mean nothing",
         seeds=(1, 2), few_shot=(8, None), max_seq_length=64,
         pretraining_steps=4, pretraining_batch_size=8, finetuning_steps=2, finetuning_batch_size=8,
-        finetuning_recipe=("--negatives", "bm25"),
+        finetuning_recipe=("--negatives", "bm25"), pretraining_evaluations=2,
         scratch_config="seed-tiny", scratch_overrides="hidden_size=64,num_hidden_layers=2,num_attention_heads=2,intermediate_size=128",
         tokenizer_vocab_size=1000, validation_percentage=10,
     ),
-    # The three main arms, 2 seeds, zero-shot and one few-shot k: 32 minutes measured on SciFact on one thread of a
-    # 2-core machine (README). Far too little pre-training for the paper's effects: a check of the pipeline, not of
-    # the claims.
+    # From scratch, the three main arms, 2 seeds, zero-shot only. 200 steps (3 minutes an arm) left every arm at MLM
+    # loss 7.1-7.2 and retrieving at chance, while evaluation took the rest of the hour; so the time now goes to
+    # pre-training: 800 steps, about 12 minutes an arm at the 1.1 steps/s the 200-step runs measured (an estimate,
+    # not yet run), with 2 evaluations of the curve.
     "cpu-hour": Budget(
-        description="about an hour on 2 CPU cores: a pipeline check, too short for the paper's effects",
-        seeds=(1, 2), few_shot=(64,), max_seq_length=128,
-        pretraining_steps=200, pretraining_batch_size=32, finetuning_steps=20, finetuning_batch_size=32,
-        finetuning_recipe=("--negatives", "bm25"),
+        description="about 1.5 hours on 2 CPU cores (estimated), from scratch: still short for the paper's effects",
+        seeds=(1, 2), few_shot=(), max_seq_length=128,
+        pretraining_steps=800, pretraining_batch_size=32, finetuning_steps=20, finetuning_batch_size=32,
+        finetuning_recipe=("--negatives", "bm25"), pretraining_evaluations=2,
         scratch_config="seed-tiny", scratch_overrides=None, tokenizer_vocab_size=8000, validation_percentage=2,
+    ),
+    # Continued pre-training of a trained encoder (--from PATH, e.g. splade-tiny), long enough that SEED's fresh
+    # decoder (at 10x the encoder's rate) ends >= 1.5 nats below its first evaluation. Measured from splade-tiny on
+    # SciFact: its eval decoder loss fell 7.96 -> 7.43 -> 7.18 at steps 50, 100, 150 and was still falling; 1200
+    # steps (first evaluation at 300) is an extrapolation, to be checked by the table's "decoder loss" column.
+    # Estimated wall time: 1200 steps at the 1.4 steps/s issue 20 measured is ~15 minutes an arm, 1.5 hours for
+    # 3 arms x 2 seeds; then 23 dense and 23 sparse evaluations of the full corpus (SPLADE encoding dominates).
+    "cpu-warm": Budget(
+        description="a few hours on 2 CPU cores (estimated), continuing a trained encoder (--from PATH only)",
+        seeds=(1, 2), few_shot=(64, None), max_seq_length=128,
+        pretraining_steps=1200, pretraining_batch_size=32, finetuning_steps=100, finetuning_batch_size=32,
+        finetuning_recipe=("--negatives", "bm25"), pretraining_evaluations=4,
+        scratch_config=None, scratch_overrides=None, tokenizer_vocab_size=None, validation_percentage=2,
     ),
     # GPU presets: sized from the CPU measurements and throughput ratios, not yet measured on a GPU.
     "gpu-hour": Budget(
         description="about an hour on one recent GPU (estimated): MiniLM-size encoder, 3 seeds, every k",
         seeds=(1, 2, 3), few_shot=(16, 64, None), max_seq_length=128,
         pretraining_steps=5000, pretraining_batch_size=128, finetuning_steps=300, finetuning_batch_size=64,
-        finetuning_recipe=("--negatives", "self", "--mining_rounds", "2"),
+        finetuning_recipe=("--negatives", "self", "--mining_rounds", "2"), pretraining_evaluations=5,
         scratch_config="seed-small", scratch_overrides=None, tokenizer_vocab_size=30522, validation_percentage=2,
     ),
     "gpu-day": Budget(
         description="about a day on one recent GPU (estimated): the paper's BERT-base encoder, 5 seeds, every k",
         seeds=(1, 2, 3, 4, 5), few_shot=(16, 64, None), max_seq_length=256,
         pretraining_steps=50000, pretraining_batch_size=256, finetuning_steps=1000, finetuning_batch_size=64,
-        finetuning_recipe=("--negatives", "self", "--mining_rounds", "2"),
+        finetuning_recipe=("--negatives", "self", "--mining_rounds", "2"), pretraining_evaluations=10,
         scratch_config="seed-base", scratch_overrides=None, tokenizer_vocab_size=30522, validation_percentage=1,
     ),
 }
@@ -143,8 +170,9 @@ def few_shot_label(k: int | None) -> str:
 
 
 def evaluations(few_shot: tuple[int | None, ...]) -> list[str]:
-    """The evaluations of every arm and seed, in table order: zero-shot, then each few-shot k."""
-    return [ZERO_SHOT, *map(few_shot_label, few_shot)]
+    """The evaluations of every arm and seed, in table order: dense zero-shot, dense after each few-shot k, then the
+    same sparse ("dense zero-shot", "dense k=64", ..., "sparse k=all")."""
+    return [f"{kind} {shot}" for kind in KINDS for shot in (ZERO_SHOT, *map(few_shot_label, few_shot))]
 
 
 class Ablation:
@@ -158,6 +186,11 @@ class Ablation:
         self.start = start
         self.budget = budget
         self.from_scratch = start == SCRATCH
+        if self.from_scratch and budget.scratch_config is None:
+            raise InputError(
+                f"--from scratch: this budget continues a trained encoder ({budget.description}). Pass --from PATH "
+                "(e.g. ../shared/models/splade-tiny), or a budget with a model shape of its own (cpu-hour, gpu-hour)."
+            )
         if not self.from_scratch and not Path(start).is_dir():
             raise InputError(
                 f"--from {start}: no such folder. Pass `scratch` or a local encoder folder to continue pre-training "
@@ -188,7 +221,7 @@ class Ablation:
             differences = [name for name in self.settings if previous.get(name) != self.settings[name]]
             if differences:
                 raise InputError(
-                    f"--work_dir {self.work} holds a table made with other settings ({', '.join(differences)} differ). "
+                    f"--work_dir: {self.work} holds a table made with other settings ({', '.join(differences)} differ). "
                     "Rerun with the same settings to resume it (seeds and few-shot k may change), or choose another "
                     "--work_dir."
                 )
@@ -202,23 +235,34 @@ class Ablation:
         self, arms: list[Arm], seeds: tuple[int, ...], few_shot: tuple[int | None, ...],
         after_each: Callable[[dict], None] = lambda results: None,
     ) -> dict:
-        """Every arm's steps, seed by seed (so both seeds' arms compare early); results[arm key][seed][step].
-        `after_each` is called with the results so far after each arm and seed."""
+        """Every arm's steps, seed by seed (so both seeds' arms compare early); results[arm key][seed][step]. With
+        --from PATH the start row comes first. `after_each` is called with the results so far after each arm and seed."""
         self.open()
+        arms = self.rows(arms)
         results = {arm.key: {} for arm in arms}
         for seed_number, seed in enumerate(seeds, start=1):
             for arm_number, arm in enumerate(arms, start=1):
                 print(f"\n=== seed {seed} ({seed_number}/{len(seeds)}), arm {arm_number}/{len(arms)}: {arm.name} ===",
                       flush=True)
-                steps = {PRETRAINING: self.pretrain(arm, seed), ZERO_SHOT: self.zero_shot(arm, seed)}
-                for k in few_shot:
-                    steps[few_shot_label(k)] = self.few_shot(arm, seed, k)
+                steps = {PRETRAINING: self.pretrain(arm, seed)} if arm.pretrains else {}
+                for kind in KINDS:
+                    steps[f"{kind} {ZERO_SHOT}"] = self.zero_shot(arm, seed, kind)
+                    for k in few_shot:
+                        steps[f"{kind} {few_shot_label(k)}"] = self.few_shot(arm, seed, k, kind)
                 results[arm.key][seed] = steps
                 after_each(results)
         return results
 
+    def rows(self, arms: list[Arm]) -> list[Arm]:
+        """The table's rows: the arms, after the start row when pre-training continues a trained encoder."""
+        return arms if self.from_scratch else [START, *arms]
+
     def folder(self, arm: Arm, seed: int) -> Path:
         return self.work / arm.key / f"seed-{seed}"
+
+    def model_dir(self, arm: Arm, seed: int) -> Path:
+        """The model the arm's evaluations start from: its pre-training run, or for the start row the checkpoint."""
+        return self.folder(arm, seed) / "pretrained" if arm.pretrains else Path(self.start)
 
     @property
     def tokenizer_dir(self) -> Path:
@@ -253,47 +297,73 @@ class Ablation:
                 "--output_dir", output, "--seed", seed, "--max_steps", budget.pretraining_steps,
                 "--per_device_train_batch_size", budget.pretraining_batch_size,
                 "--learning_rate", self.pretraining_learning_rate, "--max_seq_length", budget.max_seq_length,
-                "--validation_split_percentage", budget.validation_percentage,
+                "--validation_split_percentage", budget.validation_percentage, "--eval_strategy", "steps",
+                "--eval_steps", max(1, budget.pretraining_steps // budget.pretraining_evaluations),
                 "--save_steps", max(1, budget.pretraining_steps // 4), "--report_to", "none", *self.precision,
             ])
             return pretraining_metrics(output)
 
         return self.store.get_or_run(f"{arm.key}/seed-{seed}/{PRETRAINING}", step)
 
-    def evaluate(self, model_dir: Path, name: str) -> dict:
-        """nDCG@10 and Recall@100 of the model's [CLS] vectors on the evaluation split."""
-        retriever = dense_retriever(
-            model_dir, name, self.work / "embedding-cache", pooling="cls", max_seq_length=self.budget.max_seq_length
-        )
+    def evaluate(self, model_dir: Path, name: str, kind: str) -> dict:
+        """nDCG@10 and Recall@100 on the evaluation split of the model's [CLS] vectors (dense) or of SPLADE on its
+        MLM head (sparse)."""
+        if kind == "dense":
+            retriever = dense_retriever(
+                model_dir, name, self.work / "embedding-cache", pooling="cls", max_seq_length=self.budget.max_seq_length
+            )
+        else:
+            retriever = sparse_retriever(model_dir, name, max_seq_length=self.budget.max_seq_length)
         return evaluate_retriever(retriever, self.test, metrics=METRICS).metrics
 
-    def zero_shot(self, arm: Arm, seed: int) -> dict:
-        model_dir = self.folder(arm, seed) / "pretrained"
+    def zero_shot(self, arm: Arm, seed: int, kind: str) -> dict:
+        evaluation = f"{kind} {ZERO_SHOT}"
+        # The starting checkpoint is the same for every seed: evaluated once.
+        key = f"{arm.key}/{evaluation}" if not arm.pretrains else f"{arm.key}/seed-{seed}/{evaluation}"
         return self.store.get_or_run(
-            f"{arm.key}/seed-{seed}/{ZERO_SHOT}", lambda: self.evaluate(model_dir, f"{arm.key} seed {seed}")
+            key, lambda: self.evaluate(self.model_dir(arm, seed), f"{arm.key} seed {seed} {evaluation}", kind)
         )
 
-    def few_shot(self, arm: Arm, seed: int, k: int | None) -> dict:
-        """Fine-tune the arm's encoder on k training queries drawn with the seed (the same queries for every arm),
-        with the budget's recipe, then evaluate it."""
-        folder = self.folder(arm, seed)
-        output = folder / f"finetuned-k{'all' if k is None else k}"
+    def few_shot(self, arm: Arm, seed: int, k: int | None, kind: str) -> dict:
+        """Fine-tune the arm's model as a dense [CLS] or a sparse SPLADE model on k training queries drawn with the
+        seed (the same queries for every arm), with the budget's recipe, then evaluate the fine-tuned model."""
+        output = self.folder(arm, seed) / f"{kind}-k{'all' if k is None else k}"
+        evaluation = f"{kind} {few_shot_label(k)}"
         budget = self.budget
 
         def step() -> dict:
             run_script(finetune.main, [
-                "--model_name_or_path", folder / "pretrained", "--pooling", "cls", "--data_dir", self.data_dir,
-                *([] if k is None else ["--max_train_queries", k]), "--seed", seed, "--output_dir", output,
-                "--max_seq_length", budget.max_seq_length, "--per_device_train_batch_size", budget.finetuning_batch_size,
+                "--model_name_or_path", self.model_dir(arm, seed), *(["--pooling", "cls"] if kind == "dense" else ["--sparse"]),
+                "--data_dir", self.data_dir, *([] if k is None else ["--max_train_queries", k]), "--seed", seed,
+                "--output_dir", output, "--max_seq_length", budget.max_seq_length,
+                "--per_device_train_batch_size", budget.finetuning_batch_size,
                 "--max_steps", budget.finetuning_steps, "--learning_rate", self.finetuning_learning_rate,
                 *budget.finetuning_recipe, "--eval_strategy", "no", "--report_to", "none", *self.precision,
             ])
-            return self.evaluate(output, f"{arm.key} seed {seed} {few_shot_label(k)}")
+            return self.evaluate(output, f"{arm.key} seed {seed} {evaluation}", kind)
 
-        return self.store.get_or_run(f"{arm.key}/seed-{seed}/{few_shot_label(k)}", step)
+        return self.store.get_or_run(f"{arm.key}/seed-{seed}/{evaluation}", step)
+
+
+def first_middle_last(values: list[float]) -> list[float] | None:
+    return [values[0], values[len(values) // 2], values[-1]] if values else None
 
 
 def pretraining_metrics(output_dir: Path) -> dict:
-    """The pre-training run's final validation metrics; cls_information is None for an arm without a decoder."""
+    """The pre-training run's final validation metrics (cls_information is None for an arm without a decoder), the
+    first, middle and last of the cls_information its evaluations logged, its decoder loss at the first of them, and
+    the PNG that draws its curves."""
     results = json.loads((output_dir / "all_results.json").read_text())
-    return {name: results.get(f"eval_{name}") for name in PRETRAINING_METRICS}
+    history = json.loads((output_dir / "trainer_state.json").read_text())["log_history"]
+
+    def curve(name: str) -> list[float]:
+        # By step: the evaluation after training repeats the last periodic one.
+        return list({entry["step"]: entry[name] for entry in history if name in entry}.values())
+
+    decoder_losses = curve("eval_decoder_loss")
+    return {
+        **{name: results.get(f"eval_{name}") for name in PRETRAINING_METRICS},
+        "cls_information_curve": first_middle_last(curve("eval_cls_information")),
+        "first_decoder_loss": decoder_losses[0] if decoder_losses else None,
+        "plot": str(output_dir / LOSS_PLOT),
+    }

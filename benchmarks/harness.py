@@ -68,8 +68,8 @@ def dense_retriever(
     return DenseRetriever(model, name=name, cache_dir=str(cache_dir), cache_key=folder_fingerprint(str(path)))
 
 
-def sparse_retriever(path: Path, name: str) -> SparseRetriever:
-    return SparseRetriever(load_sparse_encoder(str(path)), name=name)
+def sparse_retriever(path: Path, name: str, max_seq_length: int | None = None) -> SparseRetriever:
+    return SparseRetriever(load_sparse_encoder(str(path), max_seq_length=max_seq_length), name=name)
 
 
 def interleaved_seconds(contenders: dict[str, Callable[[], object]], rounds: int) -> dict[str, list[float]]:

@@ -2,26 +2,33 @@
 
 Arms: MLM only (λ = 0), SEED (3-layer decoder, attention span 2) and a strong decoder (3 layers, full causal
 span); with --sweep, decoder depth {1, 3} x span {2, 8, full}. Each arm is pre-trained with the same tokenizer,
-text, steps, batch, learning-rate schedule and seed, from scratch or continuing an existing encoder; its [CLS]
-encoder is evaluated on --split (nDCG@10, Recall@100) zero-shot and after few-shot fine-tuning on k training
-queries (the same queries and recipe for every arm). Per arm: cls_information on the pre-training validation
-split (how many nats per token the decoder takes from [CLS]) and the wall time. Repeated over seeds: mean ±
-standard deviation. An interrupted table, rerun with the same command, continues where it stopped.
+text, steps, batch, learning-rate schedule and seed, from scratch or continuing an existing encoder (then the
+starting checkpoint itself is a row too); each is evaluated on --split (nDCG@10, Recall@100) as a [CLS] dense
+encoder and as SPLADE on its own MLM head, zero-shot and after few-shot fine-tuning on k training queries (the same
+queries and recipe for every arm). Per arm: cls_information on the pre-training validation split (how many nats per
+token the decoder takes from [CLS]) at the first, middle and last evaluation, and the wall time. Repeated over
+seeds: mean ± standard deviation; then whether each of the paper's claims holds beyond 2 standard deviations. One
+table per --data_dir, and their macro average. An interrupted table, rerun with the same command, continues where
+it stopped.
 
-    python benchmarks/paper_table.py --data_dir ../shared/data/scifact --budget cpu-hour --output_json table.json
-    python benchmarks/paper_table.py --data_dir DIR --from path/to/all-MiniLM-L6-v2 --budget gpu-hour --sweep
+    python benchmarks/paper_table.py --data_dir ../shared/data/scifact --from ../shared/models/splade-tiny \
+        --budget cpu-warm --output_json table.json
+    python benchmarks/paper_table.py --data_dir ../shared/data/scifact --budget cpu-hour
+    python benchmarks/paper_table.py --data_dir DIR --data_dir DIR2 --from path/to/all-MiniLM-L6-v2 --budget gpu-hour --sweep
 """
 
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
 from ablation import BUDGETS, SCRATCH, Ablation, evaluations, select_arms
-from ablation_report import markdown, summarise
+from ablation_report import claims, claims_markdown, curve_plots, macro_average, markdown, summarise
 from harness import limit_threads
 from training.common.cli import exit_status
+from training.common.errors import InputError
 
 
 def few_shot_k(value: str) -> int | None:
@@ -37,8 +44,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
     parser.add_argument(
-        "--data_dir", required=True,
-        help="A BEIR-layout folder (corpus.jsonl, queries.jsonl, qrels/<split>.tsv; qrels/train.tsv for few-shot).",
+        "--data_dir", required=True, action="append",
+        help="A BEIR-layout folder (corpus.jsonl, queries.jsonl, qrels/<split>.tsv; qrels/train.tsv for few-shot). "
+        "Repeat it for several collections: one table each (in --work_dir/<folder name>), and their macro average.",
     )
     parser.add_argument("--split", default="test", help="The qrels split the arms are evaluated on.")
     parser.add_argument(
@@ -72,28 +80,65 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def collection_names(data_dirs: list[str]) -> list[str]:
+    names = [Path(data_dir).resolve().name for data_dir in data_dirs]
+    if len(set(names)) < len(names):
+        raise InputError(
+            f"--data_dir {' '.join(data_dirs)}: two collections share a folder name, which names each one's table and "
+            "work folder. Give each collection a folder of its own name."
+        )
+    return names
+
+
+def report_section(title: str, rows: list[dict], columns: list[str]) -> dict:
+    found = claims(rows, columns)
+    plots = curve_plots(rows)
+    text = "\n\n".join([
+        f"## {title}", markdown(rows),
+        *(["Pre-training curves, losses and cls_information (PNG):\n" + "\n".join(f"- {line}" for line in plots)] if plots else []),
+        "The paper's claims, as per-seed differences of nDCG@10 (cls_information: nats/token):", claims_markdown(found),
+    ])
+    return {"arms": rows, "claims": found, "markdown": text}
+
+
 def run_table(args: argparse.Namespace) -> str:
     budget = BUDGETS[args.budget]
     seeds = tuple(args.seeds or budget.seeds)
     few_shot = tuple(budget.few_shot if args.few_shot is None else args.few_shot)
-    ablation = Ablation(Path(args.work_dir), args.data_dir, args.split, args.start, args.pretrain_files, budget)
+    names = collection_names(args.data_dir)
+    ablations = {
+        name: Ablation(Path(args.work_dir) / name, data_dir, args.split, args.start, args.pretrain_files, budget)
+        for name, data_dir in zip(names, args.data_dir)
+    }
     arms = select_arms(args.sweep)
     columns = evaluations(few_shot)
+    results = {}
 
-    def report(results: dict) -> str:
-        rows = summarise(arms, results, columns)
-        table = markdown(rows)
+    def report() -> str:
+        sections = {name: report_section(name, summarise(arms, per_collection, columns), columns)
+                    for name, per_collection in results.items()}
+        if len(names) > 1 and len(results) == len(names):
+            macro = macro_average(list(results.values()))
+            sections["macro average"] = report_section(f"macro average over {', '.join(names)}", summarise(arms, macro, columns), columns)
+        text = "\n\n".join(section["markdown"] for section in sections.values())
         if args.output_json:
             Path(args.output_json).write_text(json.dumps({
                 "budget": args.budget, "budget_settings": asdict(budget), "seeds": list(seeds),
-                "evaluations": columns, "settings": ablation.settings,
-                "arms": rows, "markdown": table,
+                "evaluations": columns, "settings": {name: ablation.settings for name, ablation in ablations.items()},
+                "tables": sections, "markdown": text,
             }, indent=2))
-        return table
+        return text
 
-    results = ablation.run(arms, seeds, few_shot, after_each=report)
+    def after_each(name: str) -> Callable[[dict], None]:
+        def record(so_far: dict) -> None:
+            results[name] = so_far
+            report()
+        return record
+
+    for name, ablation in ablations.items():
+        results[name] = ablation.run(arms, seeds, few_shot, after_each=after_each(name))
     seeds_note = f"mean ± standard deviation over seeds {', '.join(map(str, seeds))}"
-    return f"\n{report(results)}\n\n{seeds_note}; budget {args.budget}: {budget.description}."
+    return f"\n{report()}\n\n{seeds_note}; budget {args.budget}: {budget.description}."
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,6 +6,11 @@ from transformers import TrainingArguments
 
 from .presets import PRESETS
 
+# A fresh decoder behind an already trained encoder learns too slowly at the encoder's gentle rate. Measured from
+# splade-tiny on SciFact (encoder at 1e-4, batch 32, 128 tokens, 100 steps): with the decoder at 10x, eval decoder
+# loss 7.43 and cls_information 0.050 nats/token; at 1x, 8.12 and 0.004; the MLM loss the same (5.21 / 5.20).
+WARM_START_DECODER_LR_FACTOR = 10.0
+
 
 @dataclass
 class ModelArguments:
@@ -118,6 +123,15 @@ class SeedPretrainingArguments(TrainingArguments):
     per_device_train_batch_size: int = field(default=32, metadata={"help": "Batch size per device for training."})
     per_device_eval_batch_size: int = field(default=32, metadata={"help": "Batch size per device for evaluation."})
     learning_rate: float = field(default=5e-4, metadata={"help": "Peak AdamW learning rate."})
+    decoder_learning_rate: float | None = field(
+        default=None,
+        metadata={
+            "help": "Peak learning rate of the weak decoder's own weights (the word embeddings it shares with the "
+            "encoder follow --learning_rate), on the same schedule. Default: --learning_rate, or "
+            f"{WARM_START_DECODER_LR_FACTOR:g}x --learning_rate in a warm start from a BERT checkpoint, where "
+            "the decoder is new and the encoder is not."
+        },
+    )
     weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay."})
     warmup_steps: float = field(
         default=0.06, metadata={"help": "Warm-up: a number of steps, or a fraction of all steps when below 1."}

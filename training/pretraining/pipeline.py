@@ -19,7 +19,7 @@ from ..common.output_dir import (
     push_final_model,
     staging_dir,
 )
-from .arguments import DataArguments, ModelArguments, SeedPretrainingArguments
+from .arguments import WARM_START_DECODER_LR_FACTOR, DataArguments, ModelArguments, SeedPretrainingArguments
 from .model_card import LOSS_PLOT, plot_loss_curves, render_model_card
 from .model_source import check_lengths, check_same_model, check_vocabulary, resolve_model_source
 from .tokenizer import load_tokenizer, tokenize_corpus, train_wordpiece_tokenizer
@@ -68,6 +68,11 @@ def _pretrain(model_args: ModelArguments, data_args: DataArguments, training_arg
 
     source = resolve_model_source(model_args)
     config = source.config
+    if training_args.decoder_learning_rate is None:
+        warm_start = source.kind == "bert"
+        training_args.decoder_learning_rate = training_args.learning_rate * (WARM_START_DECODER_LR_FACTOR if warm_start else 1)
+    elif training_args.decoder_learning_rate <= 0:
+        raise InputError(f"--decoder_learning_rate {training_args.decoder_learning_rate}: must be positive.")
     check_lengths(config, data_args)
     raw_corpus = load_raw_corpus(data_args.train_file, data_args.dataset_dir, data_args.text_column, streaming)
     if data_args.max_train_samples is not None:

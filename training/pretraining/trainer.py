@@ -1,5 +1,5 @@
 """The standard `Trainer`, logging SEED's two loss terms beside the total, and in evaluation how much
-the decoder reads from [CLS]."""
+the decoder reads from [CLS]; the weak decoder may train at its own learning rate."""
 
 from transformers import Trainer
 
@@ -7,16 +7,45 @@ from .cls_information import cls_information_from_vectors
 
 LOSS_TERMS = ("mlm_loss", "decoder_loss")
 EVAL_TERMS = (*LOSS_TERMS, "cls_information")
+DECODER_PREFIX = "weak_decoder."
 
 
 class SeedPretrainingTrainer(Trainer):
     """`Trainer` that also logs `mlm_loss` and `decoder_loss` (and `eval_mlm_loss`, `eval_decoder_loss`,
-    `eval_cls_information`), averaged over the batches since the last log and over processes."""
+    `eval_cls_information`), averaged over the batches since the last log and over processes, and trains the weak
+    decoder's own weights at `args.decoder_learning_rate` when it is set."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._term_sums = {"train": {}, "eval": {}}
         self._term_counts = {"train": {}, "eval": {}}
+
+    def create_optimizer(self, model=None):
+        """The Trainer's optimizer, with the weak decoder's own weights in parameter groups of their own at
+        `args.decoder_learning_rate` (weight decay grouped as the Trainer groups it). The learning-rate schedule
+        scales every group alike, and the encoder's groups come first, so the logged `learning_rate` is the encoder's."""
+        model = self.model if model is None else model
+        decoder_rate = self.args.decoder_learning_rate
+        if self.optimizer is not None or decoder_rate in (None, self.args.learning_rate) or model.weak_decoder is None:
+            return super().create_optimizer(model)
+        decay = set(self.get_decay_parameter_names(model))
+        # named_parameters() names a tied weight once, by its first owner: the word embeddings the decoder shares
+        # are the encoder's ("bert.embeddings..."), so they stay at the encoder's rate.
+        trained = [(name, parameter) for name, parameter in model.named_parameters() if parameter.requires_grad]
+        groups = []
+        for in_decoder, learning_rate in ((False, self.args.learning_rate), (True, decoder_rate)):
+            for decays in (True, False):
+                parameters = [
+                    parameter for name, parameter in trained
+                    if name.startswith(DECODER_PREFIX) == in_decoder and (name in decay) == decays
+                ]
+                groups.append({
+                    "params": parameters, "lr": learning_rate,
+                    "weight_decay": self.args.weight_decay if decays else 0.0,
+                })
+        optimizer_cls, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, model)
+        self.optimizer = optimizer_cls(groups, **optimizer_kwargs)
+        return self.optimizer
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)

@@ -1,0 +1,85 @@
+"""`--decoder_learning_rate`: in a warm start from a trained BERT the weak decoder is new and the encoder is not, so the
+decoder's own weights train at their own, higher rate (by default 10x the encoder's), read here from the optimizer's
+parameter groups; and a short warm run lowers the decoder loss more than the same run at the encoder's rate."""
+
+import json
+
+import pytest
+import torch
+
+from pretrain_helpers import pretrain
+from training.pretraining.arguments import WARM_START_DECODER_LR_FACTOR
+
+ENCODER_RATE = 3e-4
+WARM_RUN = [
+    "--max_train_samples", "160", "--per_device_train_batch_size", "16", "--max_seq_length", "64",
+    "--max_steps", "6", "--warmup_steps", "0", "--learning_rate", ENCODER_RATE, "--validation_split_percentage", "0",
+    "--logging_steps", "1", "--save_strategy", "no", "--report_to", "none", "--dataloader_pin_memory", "false",
+]
+LAST_STEPS = 3  # the decoder loss compared: the mean over the run's last steps
+
+
+@pytest.fixture(scope="module")
+def warm_runs(splade_tiny_dir, scifact_slice, tmp_path_factory):
+    """The same short warm start from splade-tiny twice: the decoder at its default rate, and at the encoder's."""
+    folder = tmp_path_factory.mktemp("decoder-rate")
+    runs = {}
+    for name, flags in (("default", []), ("encoder rate", ["--decoder_learning_rate", ENCODER_RATE])):
+        output = folder / name.replace(" ", "-")
+        status = pretrain([
+            "--model_name_or_path", splade_tiny_dir, "--train_file", scifact_slice / "corpus.jsonl",
+            "--output_dir", output, *WARM_RUN, *flags,
+        ])
+        assert status == 0
+        runs[name] = output
+    return runs
+
+
+def decoder_losses(output) -> list[float]:
+    history = json.loads((output / "trainer_state.json").read_text())["log_history"]
+    return [entry["decoder_loss"] for entry in history if "decoder_loss" in entry]
+
+
+def test_a_warm_start_trains_the_decoder_at_ten_times_the_encoders_rate_by_default(warm_runs):
+    arguments = torch.load(warm_runs["default"] / "training_args.bin", weights_only=False)
+
+    assert arguments.learning_rate == ENCODER_RATE
+    assert arguments.decoder_learning_rate == pytest.approx(WARM_START_DECODER_LR_FACTOR * ENCODER_RATE)
+
+
+def test_the_decoders_own_weights_and_only_they_are_in_the_decoder_rate_groups(splade_tiny_dir, tmp_path):
+    from transformers import AutoTokenizer
+
+    from modeling_seed import SeedEncoderForPreTraining
+    from training.pretraining.arguments import SeedPretrainingArguments
+    from training.pretraining.trainer import SeedPretrainingTrainer
+
+    model = SeedEncoderForPreTraining.from_bert(str(splade_tiny_dir))
+    arguments = SeedPretrainingArguments(
+        output_dir=str(tmp_path), learning_rate=1e-4, decoder_learning_rate=2e-3, weight_decay=0.01, report_to="none",
+    )
+    trainer = SeedPretrainingTrainer(model=model, args=arguments, processing_class=AutoTokenizer.from_pretrained(splade_tiny_dir))
+
+    groups = trainer.create_optimizer().param_groups
+
+    rate_of = {id(parameter): group["lr"] for group in groups for parameter in group["params"]}
+    decay_of = {id(parameter): group["weight_decay"] for group in groups for parameter in group["params"]}
+    decoder = model.weak_decoder
+    shared = decoder.embeddings.word_embeddings.weight  # the encoder's word embeddings, tied
+    assert shared is model.bert.embeddings.word_embeddings.weight and rate_of[id(shared)] == 1e-4
+    decoder_own = [parameter for parameter in decoder.parameters() if parameter is not shared]
+    assert decoder_own and all(rate_of[id(parameter)] == 2e-3 for parameter in decoder_own)
+    encoder = [parameter for name, parameter in model.named_parameters() if not name.startswith("weak_decoder.")]
+    assert all(rate_of[id(parameter)] == 1e-4 for parameter in encoder)
+    assert len(rate_of) == len(list(model.parameters()))  # every trained weight, once
+    # Weight decay grouped as the Trainer groups it: none on biases and LayerNorm weights, in the decoder too.
+    assert decay_of[id(decoder.layer[0].attention.self.query.weight)] == 0.01
+    assert decay_of[id(decoder.layer[0].attention.self.query.bias)] == 0.0
+    assert groups[0]["lr"] == 1e-4  # the Trainer logs the first group's rate: the encoder's
+
+
+def test_a_short_warm_run_lowers_the_decoder_loss_more_at_the_decoders_own_rate(warm_runs):
+    default, encoder_rate = decoder_losses(warm_runs["default"]), decoder_losses(warm_runs["encoder rate"])
+
+    assert default[0] == pytest.approx(encoder_rate[0], abs=1e-3)  # the same start: same seed, same fresh decoder
+    assert sum(default[-LAST_STEPS:]) / LAST_STEPS < sum(encoder_rate[-LAST_STEPS:]) / LAST_STEPS - 0.3

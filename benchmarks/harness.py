@@ -107,24 +107,6 @@ def markdown_table(columns: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
-def interleaved_seconds(contenders: dict[str, Callable[[], object]], rounds: int) -> dict[str, list[float]]:
-    """Seconds of each contender in each round; within a round the contenders run one after another, so that load
-    from other processes hits them alike."""
-    seconds = {name: [] for name in contenders}
-    for _ in range(rounds):
-        for name, run in contenders.items():
-            start = time.perf_counter()
-            run()
-            seconds[name].append(time.perf_counter() - start)
-    return seconds
-
-
-def ratio_cell(numerators: list[float], denominators: list[float]) -> str:
-    """Median [min-max] of the per-round ratios."""
-    ratios = [n / d for n, d in zip(numerators, denominators)]
-    return f"{statistics.median(ratios):.2f} [{min(ratios):.2f}-{max(ratios):.2f}]"
-
-
 def limit_threads() -> None:
     """Tokenizers' own thread pool fights torch's for the cores; benchmarks keep it off."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

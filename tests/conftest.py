@@ -167,14 +167,3 @@ def tiny_seed_dir(scifact_slice, tmp_path_factory) -> Path:
     ])
     assert status == 0
     return out
-
-
-@pytest.fixture(scope="session")
-def splade_tiny_dir(shared_data_dir) -> Path:
-    """splade-tiny: a trained SPLADE, saved as BertForMaskedLM (2 layers x 128 hidden, the 30,522-token BERT
-    vocabulary) with its tokenizer: a small trained encoder to warm-start from. `../shared/models/splade-tiny`, or
-    `$SEED_SPLADE_TINY`."""
-    path = Path(os.environ.get("SEED_SPLADE_TINY", shared_data_dir.parent / "models" / "splade-tiny"))
-    if not (path / "config.json").is_file():
-        unavailable(f"splade-tiny not found at {path} (set SEED_SPLADE_TINY)")
-    return path

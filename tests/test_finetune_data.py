@@ -55,7 +55,7 @@ def test_pairs_file_holds_dev_queries_out_of_training(tmp_path):
 def test_crops_hold_dev_passages_out_of_training(scifact_slice, seed):
     passages = [json.loads(line)["text"] for line in (scifact_slice / "corpus.jsonl").read_text().splitlines()][:40]
 
-    training_set = training_set_from_crops(passages, DEV_FRACTION, seed, "slice abstracts")
+    training_set = training_set_from_crops(passages, DEV_FRACTION, seed, "slice", "slice abstracts")
 
     assert len(training_set.queries) + len(training_set.dev.queries) == 40
     assert_held_out(training_set, set(training_set.queries) | set(training_set.dev.queries))

@@ -155,7 +155,8 @@ class RecipeArguments:
         metadata={
             "help": "Distillation teachers: bm25, local SentenceTransformer, SparseEncoder or CrossEncoder folders, or "
             "transformers checkpoints as sparse:PATH (SPLADE over the MLM head, e.g. splade-tiny) or dense:PATH. "
-            "Several form an ensemble (scores normalised per query and averaged, as SPLADE++'s EnsembleDistil)."
+            "Several form an ensemble (each teacher's scores standardised over all the round's pairs, then averaged, as "
+            "SPLADE++'s EnsembleDistil)."
         },
     )
     distillation: str = field(

@@ -66,7 +66,18 @@ def test_pooling_equals_splade_pooling_on_padding_an_all_padding_tail_and_a_text
     assert torch.equal(ours != 0, expected != 0)
 
 
-def test_splade_tiny_documents_and_queries_equal_sentence_transformers(splade_tiny, abstracts):
+@pytest.fixture(params=[1, 3], ids=["1-thread", "3-threads"])
+def torch_threads(request):
+    """With N torch threads the texts of a batch are shared out among N workers: every text must still be pooled
+    once, by its own worker, and the caller's thread count must come back as it was."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    assert torch.get_num_threads() == request.param
+    torch.set_num_threads(threads)
+
+
+def test_splade_tiny_documents_and_queries_equal_sentence_transformers(splade_tiny, abstracts, torch_threads):
     """Batches of 7 texts of mixed lengths (padded), abstracts cut at 64 tokens, a last batch of 5, queries."""
     queries = ["What drives tumour growth in mice?", "0-dimensional biomaterials show inductive properties.", "a"]
     assert runs_fast(splade_tiny)

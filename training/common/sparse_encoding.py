@@ -145,6 +145,7 @@ def max_token_logits(
 
     threads = torch.get_num_threads()
     workers = min(threads, batch_size)
+    # Under OpenMP a worker's set_num_threads(1) is its own; other parallel backends share one count: restore it.
     try:
         with ThreadPoolExecutor(workers) as pool:
             list(pool.map(pool_rows, [range(first, batch_size, workers) for first in range(workers)]))

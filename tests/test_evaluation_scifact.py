@@ -15,11 +15,11 @@ from training.evaluation.embedding_cache import folder_fingerprint
 from training.evaluation.evaluate import evaluate_retriever
 from training.evaluation.retrievers import BM25Retriever, DenseRetriever
 
-OTHER_DOCUMENTS = 500
-# all-MiniLM-L6-v2 as it ships (mean pooling, normalised, 256 tokens) on the subset (783 documents: 283 judged,
-# 500 others), measured once; with so few distractors it scores well above its full-corpus 0.645.
-MINILM_SUBSET_NDCG_AT_10 = 0.8150
-MINILM_SUBSET_RECALL_AT_100 = 0.9933
+OTHER_DOCUMENTS = 100
+# all-MiniLM-L6-v2 as it ships (mean pooling, normalised, 256 tokens) on the subset (383 documents: 283 judged,
+# 100 others), measured once; with so few distractors it scores well above its full-corpus 0.645.
+MINILM_SUBSET_NDCG_AT_10 = 0.8576
+MINILM_SUBSET_RECALL_AT_100 = 0.9967
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +61,7 @@ def test_bm25_reproduces_the_bm25s_figure_for_scifact(scifact_test):
 
 
 def test_minilm_as_it_ships_scores_the_pinned_subset_figures(minilm, first_evaluation, subset):
-    assert len(subset.corpus) == 783
+    assert len(subset.corpus) == 383
     assert minilm.max_seq_length == 256 and minilm.similarity_fn_name == "cosine"
     assert first_evaluation.stats["corpus_from_cache"] == 0.0
 

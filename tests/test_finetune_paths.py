@@ -1,6 +1,6 @@
 """Fine-tuning paths checked against numbers computed here, independently of the package: a collection with its own
 dev split, `--eval_strategy steps` with `--load_best_model_at_end`, `--eval_split test`, and a `--train_file` of
-pairs with `--negatives none`.
+pairs with `--negatives none`, without negatives and with its own.
 
 The dev-split run starts from splade-tiny as a dense [CLS] model: its similarities spread, so what training does to
 the rankings shows, and every reported metric can be recomputed by brute force (numpy over all documents) and
@@ -131,3 +131,32 @@ def test_pairs_file_trains_on_its_pairs_with_in_batch_negatives_only(pairs_run, 
     card = (pairs_run / "README.md").read_text()
     assert "in-batch" in card and "`pubmedqa.jsonl`" in card
     assert SentenceTransformer(str(pairs_run)).encode(["a question"]).shape == (1, 64)
+
+
+def test_pairs_file_with_its_own_negatives_trains_on_those_negatives_with_negatives_none(
+    shared_data_dir, tiny_seed_dir, tmp_path
+):
+    """Each line brings two negatives (the abstracts of the next two lines); with --negatives none nothing is mined,
+    and each example's one negative (--negatives_per_query, default 1) is one of its own line's."""
+    records = read_jsonl(shared_data_dir / "pubmedqa" / "pairs.jsonl")[:PAIRS]
+    lines = [
+        {"query": record["query"], "positive": record["positive"],
+         "negatives": [records[(index + 1) % PAIRS]["positive"], records[(index + 2) % PAIRS]["positive"]]}
+        for index, record in enumerate(records)
+    ]
+    pairs_file = write_jsonl(tmp_path / "with-negatives.jsonl", lines)
+    out = tmp_path / "st"
+
+    assert finetune([
+        "--model_name_or_path", tiny_seed_dir, "--train_file", pairs_file, "--output_dir", out, *TINY_FINETUNE,
+        "--negatives", "none", "--max_steps", "2",
+    ]) == 0
+
+    texts = training_set_from_pairs(str(pairs_file), 0.1, None, seed=3)
+    given = {line["query"]: (line["positive"], set(line["negatives"])) for line in lines}
+    examples = round_examples(out, 1)
+    assert len(examples) == PAIRS - 4  # 10% held out for dev
+    for query_id, positive_id, negative_ids in examples:
+        positive, negatives = given[texts.queries[query_id]]
+        assert texts.corpus[positive_id] == positive
+        assert len(negative_ids) == 1 and texts.corpus[negative_ids[0]] in negatives

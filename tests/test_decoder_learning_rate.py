@@ -47,7 +47,10 @@ def test_a_warm_start_trains_the_decoder_at_ten_times_the_encoders_rate_by_defau
     assert arguments.decoder_learning_rate == pytest.approx(WARM_START_DECODER_LR_FACTOR * ENCODER_RATE)
 
 
-def test_the_decoders_own_weights_and_only_they_are_in_the_decoder_rate_groups(splade_tiny_dir, tmp_path):
+@pytest.mark.parametrize("wrapped", [False, True], ids=["as-built", "compiled"])
+def test_the_decoders_own_weights_and_only_they_are_in_the_decoder_rate_groups(splade_tiny_dir, tmp_path, wrapped):
+    """Also on a wrapped model, whose parameter names the wrapper prefixes (torch.compile: `_orig_mod.`; DDP and
+    FSDP do the same), as the Trainer hands it to `create_optimizer` under FSDP."""
     from transformers import AutoTokenizer
 
     from modeling_seed import SeedEncoderForPreTraining
@@ -60,7 +63,7 @@ def test_the_decoders_own_weights_and_only_they_are_in_the_decoder_rate_groups(s
     )
     trainer = SeedPretrainingTrainer(model=model, args=arguments, processing_class=AutoTokenizer.from_pretrained(splade_tiny_dir))
 
-    groups = trainer.create_optimizer().param_groups
+    groups = trainer.create_optimizer(torch.compile(model) if wrapped else None).param_groups
 
     rate_of = {id(parameter): group["lr"] for group in groups for parameter in group["params"]}
     decay_of = {id(parameter): group["weight_decay"] for group in groups for parameter in group["params"]}

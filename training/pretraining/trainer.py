@@ -7,7 +7,13 @@ from .cls_information import cls_information_from_vectors
 
 LOSS_TERMS = ("mlm_loss", "decoder_loss")
 EVAL_TERMS = (*LOSS_TERMS, "cls_information")
-DECODER_PREFIX = "weak_decoder."
+
+
+def decoder_own_parameters(model) -> set[int]:
+    """The ids of the weak decoder's own weights: by identity, not by name, since wrappers (DDP, FSDP,
+    torch.compile) prefix the names; the word embeddings it shares with the encoder are the encoder's."""
+    encoder = {id(parameter) for parameter in model.bert.parameters()}
+    return {id(parameter) for parameter in model.weak_decoder.parameters()} - encoder
 
 
 class SeedPretrainingTrainer(Trainer):
@@ -25,19 +31,26 @@ class SeedPretrainingTrainer(Trainer):
         `args.decoder_learning_rate` (weight decay grouped as the Trainer groups it). The learning-rate schedule
         scales every group alike, and the encoder's groups come first, so the logged `learning_rate` is the encoder's."""
         model = self.model if model is None else model
+        unwrapped = self.accelerator.unwrap_model(model)
         decoder_rate = self.args.decoder_learning_rate
-        if self.optimizer is not None or decoder_rate in (None, self.args.learning_rate) or model.weak_decoder is None:
+        if self.optimizer is not None or decoder_rate in (None, self.args.learning_rate) or unwrapped.weak_decoder is None:
             return super().create_optimizer(model)
         decay = set(self.get_decay_parameter_names(model))
-        # named_parameters() names a tied weight once, by its first owner: the word embeddings the decoder shares
-        # are the encoder's ("bert.embeddings..."), so they stay at the encoder's rate.
+        decoder_own = decoder_own_parameters(unwrapped)
         trained = [(name, parameter) for name, parameter in model.named_parameters() if parameter.requires_grad]
+        if not any(id(parameter) in decoder_own for _, parameter in trained):
+            raise ValueError(
+                "--decoder_learning_rate: none of the parameters the optimizer would train is the weak decoder's own, "
+                "so they cannot be given a rate of their own. A wrapper that flattens parameters (FSDP with "
+                "use_orig_params false) hides them: set fsdp_use_orig_params true, or leave --decoder_learning_rate "
+                "unset to train everything at --learning_rate."
+            )
         groups = []
         for in_decoder, learning_rate in ((False, self.args.learning_rate), (True, decoder_rate)):
             for decays in (True, False):
                 parameters = [
                     parameter for name, parameter in trained
-                    if name.startswith(DECODER_PREFIX) == in_decoder and (name in decay) == decays
+                    if (id(parameter) in decoder_own) == in_decoder and (name in decay) == decays
                 ]
                 groups.append({
                     "params": parameters, "lr": learning_rate,

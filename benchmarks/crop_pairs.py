@@ -77,7 +77,7 @@ def main() -> None:
         else:
             first = (step - 1) * args.batch_size % len(pairs)
             batch = pairs[first : first + args.batch_size]
-        features = [model.tokenize([query for query, _ in batch]), model.tokenize([document for _, document in batch])]
+        features = [model.preprocess([query for query, _ in batch]), model.preprocess([document for _, document in batch])]
         value = loss(features, None)
         optimizer.zero_grad()
         value.backward()

@@ -270,27 +270,26 @@ def finetune_in_rounds(
             training_args,
         )
     if training_args.process_index == 0:
-        timer.begin(SAVING)
-        staged = staging_dir(str(output_dir))
-        shutil.rmtree(staged, ignore_errors=True)
-        shutil.copytree(best.model_dir, staged)
-        write_model_card(
-            staged,
-            plans=plans,
-            best=best,
-            start_metrics=start_metrics,
-            test_metrics=test_metrics,
-            model_args=model_args,
-            data_args=data_args,
-            recipe_summary=describe_recipe(recipe, family.loss(final_model, recipe, model_args)),
-            training_args=training_args,
-            training_set=training_set,
-            starting_kind=model_kind(model_args.model_name_or_path),
-            model_class=family.name,
-            model_description=family.describe(final_model),
-            extra_columns=[(stat, header) for stat, header, _ in STAT_COLUMNS] if family.sparse else [],
-        )
-        publish_final_model(str(output_dir))
-        if training_args.push_to_hub:
-            push_final_model(training_args, "seed-encoder fine-tuning: final model", (STATE_DIR, f"{STATE_DIR}/**"))
-        timer.end()
+        with timer.phase(SAVING):
+            staged = staging_dir(str(output_dir))
+            shutil.rmtree(staged, ignore_errors=True)
+            shutil.copytree(best.model_dir, staged)
+            write_model_card(
+                staged,
+                plans=plans,
+                best=best,
+                start_metrics=start_metrics,
+                test_metrics=test_metrics,
+                model_args=model_args,
+                data_args=data_args,
+                recipe_summary=describe_recipe(recipe, family.loss(final_model, recipe, model_args)),
+                training_args=training_args,
+                training_set=training_set,
+                starting_kind=model_kind(model_args.model_name_or_path),
+                model_class=family.name,
+                model_description=family.describe(final_model),
+                extra_columns=[(stat, header) for stat, header, _ in STAT_COLUMNS] if family.sparse else [],
+            )
+            publish_final_model(str(output_dir))
+            if training_args.push_to_hub:
+                push_final_model(training_args, "seed-encoder fine-tuning: final model", (STATE_DIR, f"{STATE_DIR}/**"))

@@ -82,6 +82,14 @@ def test_contradictory_flags_are_refused(capsys, out, scifact_slice, tiny_seed_d
     assert named in error
 
 
+def test_a_path_as_the_cards_base_model_is_refused_asking_for_a_hub_id(capsys, out, scifact_slice, tiny_seed_dir):
+    error = refused(capsys, out, [
+        "--model_name_or_path", tiny_seed_dir, "--data_dir", scifact_slice, "--base_model", tiny_seed_dir,
+    ])
+
+    assert f"--base_model {tiny_seed_dir}" in error and "Hub model id" in error
+
+
 def test_a_missing_starting_checkpoint_is_refused(capsys, out, scifact_slice, tmp_path):
     error = refused(capsys, out, ["--model_name_or_path", tmp_path / "absent", "--data_dir", scifact_slice])
 

@@ -198,7 +198,8 @@ def test_warm_start_from_minilm_keeps_its_shape_and_starts_from_its_weights(corp
     out = tmp_path / "out"
 
     status = pretrain([
-        "--model_name_or_path", minilm_dir, "--train_file", corpus, "--output_dir", out, "--max_train_samples", "16",
+        "--model_name_or_path", minilm_dir, "--base_model", "sentence-transformers/all-MiniLM-L6-v2",
+        "--train_file", corpus, "--output_dir", out, "--max_train_samples", "16",
         "--max_seq_length", "32", "--per_device_train_batch_size", "4", "--max_steps", "2", "--save_strategy", "no",
         "--validation_split_percentage", "0", "--logging_steps", "1", "--report_to", "none",
         "--dataloader_pin_memory", "false",
@@ -207,8 +208,8 @@ def test_warm_start_from_minilm_keeps_its_shape_and_starts_from_its_weights(corp
     assert status == 0
     config = json.loads((out / "config.json").read_text())
     assert (config["hidden_size"], config["num_hidden_layers"], config["vocab_size"]) == (384, 6, 30522)
-    assert ModelCard.load(out / "README.md").data.base_model == str(minilm_dir)
-    assert f"warm-started from `{minilm_dir}`" in card_text(out)
+    assert ModelCard.load(out / "README.md").data.base_model == "sentence-transformers/all-MiniLM-L6-v2"
+    assert f"warm-started from `{minilm_dir}`" in card_text(out)  # the local folder: named in the text only
     minilm = AutoModel.from_pretrained(minilm_dir).state_dict()
     seed = AutoModel.from_pretrained(out).state_dict()
     encoder_names = [name for name in minilm if not name.startswith("pooler.")]

@@ -7,6 +7,7 @@ from sentence_transformers import SentenceTransformerTrainingArguments, SparseEn
 from sentence_transformers.base.sampler import BatchSamplers
 
 from ..common.errors import InputError
+from ..common.model_cards import check_hub_model_id
 
 NEGATIVE_SOURCES = ("none", "bm25", "self")
 DISTILLATION_LOSSES = ("margin_mse", "kl")
@@ -51,6 +52,14 @@ class FinetuningModelArguments:
         default_factory=lambda: ["en"],
         metadata={"help": "Language(s) of the training text, for the model card, as ISO 639-1 codes (default: en)."},
     )
+    base_model: str | None = field(
+        default=None,
+        metadata={
+            "help": "The starting checkpoint's Hub id (e.g. sentence-transformers/all-MiniLM-L6-v2), for the model card's "
+            "base_model. Default: none there, since the start is a local folder and the Hub refuses paths in that "
+            "field; the card's text names the folder."
+        },
+    )
     license: str | None = field(
         default=None,
         metadata={
@@ -69,6 +78,7 @@ class FinetuningModelArguments:
             raise InputError(f"--pooling {self.pooling}: expected cls or mean.")
         if self.max_seq_length is not None and self.max_seq_length < 8:
             raise InputError(f"--max_seq_length {self.max_seq_length}: too short for a query or a passage (at least 8).")
+        check_hub_model_id(self.base_model, "--base_model")
 
 
 @dataclass

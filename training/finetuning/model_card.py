@@ -54,11 +54,11 @@ def dev_examples(dev: Collection, count: int) -> list[tuple[str, list[str]]]:
 
 def fill_card_data(model, model_args, training_set: TrainingSet) -> None:
     """Put what the run knows into sentence-transformers' card data (the card's YAML header and model details),
-    before the trainer reads it: the starting checkpoint as base model, language, licence, the training data's
-    name, and widget and usage examples from dev queries and their judged documents (the trainer would otherwise
-    pick random training texts)."""
+    before the trainer reads it: the starting checkpoint's Hub id (when given) as base model, language, licence, the
+    training data's name, and widget and usage examples from dev queries and their judged documents (the trainer
+    would otherwise pick random training texts)."""
     card_data = model.model_card_data
-    card_data.base_model = model_args.model_name_or_path  # assigned: set_base_model would look it up on the Hub
+    card_data.base_model = model_args.base_model  # assigned: set_base_model would look it up on the Hub
     card_data.set_language(model_args.language)
     card_data.set_license(model_args.license or starting_licence(model_args.model_name_or_path))
     card_data.train_datasets = [{"name": training_set.name}]

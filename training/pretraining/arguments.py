@@ -4,6 +4,7 @@ from dataclasses import dataclass, field
 
 from transformers import TrainingArguments
 
+from ..common.model_cards import check_hub_model_id
 from .presets import PRESETS
 
 # A fresh decoder behind an already trained encoder learns too slowly at the encoder's gentle rate. Measured from
@@ -58,6 +59,17 @@ class ModelArguments:
         default=None,
         metadata={"help": "Other config fields to override, as 'key=value,key=value' (e.g. 'hidden_size=256,num_hidden_layers=6')."},
     )
+    base_model: str | None = field(
+        default=None,
+        metadata={
+            "help": "The Hub id of the checkpoint in --model_name_or_path (e.g. sentence-transformers/all-MiniLM-L6-v2), "
+            "for the model card's base_model. Default: none there, since the start is a local folder and the Hub "
+            "refuses paths in that field; the card's text names the folder."
+        },
+    )
+
+    def __post_init__(self):
+        check_hub_model_id(self.base_model, "--base_model")
 
 
 @dataclass

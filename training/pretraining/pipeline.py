@@ -186,7 +186,8 @@ def _pretrain(model_args: ModelArguments, data_args: DataArguments, training_arg
             data_description=_describe_data(data_args),
             max_seq_length=data_args.max_seq_length,
             train_samples=None if streaming else len(train_dataset),
-            base_model=source.path if source.kind == "bert" else None,
+            warm_start=source.path if source.kind == "bert" else None,
+            base_model=model_args.base_model,
             repo_id=training_args.hub_model_id or Path(training_args.output_dir).name,
         )
         card.save(staged / "README.md")

@@ -1,13 +1,16 @@
 """`--decoder_learning_rate`: in a warm start from a trained BERT the weak decoder is new and the encoder is not, so the
 decoder's own weights train at their own, higher rate (by default 10x the encoder's), read here from the optimizer's
-parameter groups; and a short warm run lowers the decoder loss more than the same run at the encoder's rate."""
+parameter groups, also behind torch.compile and FSDP (which must keep the original parameters); and a short warm run
+lowers the decoder loss more than the same run at the encoder's rate."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
 
-from pretrain_helpers import pretrain
+from pretrain_helpers import REPO_ROOT, free_port, pretrain, subprocess_env
 from training.pretraining.arguments import WARM_START_DECODER_LR_FACTOR
 
 ENCODER_RATE = 3e-4
@@ -79,6 +82,54 @@ def test_the_decoders_own_weights_and_only_they_are_in_the_decoder_rate_groups(s
     assert decay_of[id(decoder.layer[0].attention.self.query.weight)] == 0.01
     assert decay_of[id(decoder.layer[0].attention.self.query.bias)] == 0.0
     assert groups[0]["lr"] == 1e-4  # the Trainer logs the first group's rate: the encoder's
+
+
+# Real FSDP (gloo, one CPU process; the world size of one makes it NO_SHARD, which still flattens unless told not
+# to), in a process of its own so that the process group and Accelerate's state stay out of the other tests.
+FSDP_PROGRAM = """
+import json, os, sys, torch, torch.distributed as dist
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+from transformers import AutoTokenizer
+from modeling_seed import SeedEncoderForPreTraining
+from training.pretraining.arguments import SeedPretrainingArguments
+from training.pretraining.trainer import SeedPretrainingTrainer
+
+start, output = sys.argv[1:]
+dist.init_process_group("gloo", rank=0, world_size=1)
+report = {}
+for use_orig_params in (False, True):
+    model = SeedEncoderForPreTraining.from_bert(start)
+    wrapped = FSDP(model, device_id=torch.device("cpu"), use_orig_params=use_orig_params)
+    arguments = SeedPretrainingArguments(output_dir=output, learning_rate=1e-4, decoder_learning_rate=2e-3, report_to="none")
+    trainer = SeedPretrainingTrainer(model=model, args=arguments, processing_class=AutoTokenizer.from_pretrained(start))
+    try:
+        groups = trainer.create_optimizer(wrapped).param_groups
+    except ValueError as error:
+        report[str(use_orig_params)] = str(error)
+        continue
+    rate_of = {id(parameter): group["lr"] for group in groups for parameter in group["params"]}
+    report[str(use_orig_params)] = {
+        name: rate_of[id(parameter)] for name, parameter in wrapped.named_parameters() if id(parameter) in rate_of
+    }
+dist.destroy_process_group()
+print(json.dumps(report))
+"""
+
+
+def test_under_fsdp_original_parameters_keep_the_decoders_rate_and_flattened_ones_are_refused(splade_tiny_dir, tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-c", FSDP_PROGRAM, str(splade_tiny_dir), str(tmp_path)], cwd=REPO_ROOT, capture_output=True,
+        text=True, timeout=240,
+        env=subprocess_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), PYTHONPATH=str(REPO_ROOT)),
+    )
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    flattened, original = report["False"], report["True"]
+    assert "--decoder_learning_rate" in flattened and "fsdp_use_orig_params true" in flattened
+    decoder = {rate for name, rate in original.items() if ".weak_decoder." in name}
+    encoder = {rate for name, rate in original.items() if ".weak_decoder." not in name}
+    assert decoder == {2e-3} and encoder == {1e-4}
 
 
 def test_a_short_warm_run_lowers_the_decoder_loss_more_at_the_decoders_own_rate(warm_runs):

@@ -238,12 +238,13 @@ class Ablation:
 
     def run(
         self, arms: list[Arm], seeds: tuple[int, ...], few_shot: tuple[int | None, ...],
-        after_each: Callable[[dict], None] = lambda results: None,
+        after_each: Callable[[dict], None] = lambda results: None, only: set[str] | None = None,
     ) -> dict:
         """Every arm's steps, seed by seed (so both seeds' arms compare early); results[arm key][seed][step]. With
-        --from PATH the start row comes first. `after_each` is called with the results so far after each arm and seed."""
+        --from PATH the start row comes first; `only`: just the rows of these keys. `after_each` is called with the
+        results so far after each arm and seed."""
         self.open()
-        arms = self.rows(arms)
+        arms = [arm for arm in self.rows(arms) if only is None or arm.key in only]
         results = {arm.key: {} for arm in arms}
         for seed_number, seed in enumerate(seeds, start=1):
             for arm_number, arm in enumerate(arms, start=1):

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from ablation import BUDGETS, SCRATCH, Ablation, evaluations, select_arms
+from ablation import BUDGETS, SCRATCH, START, Ablation, evaluations, select_arms
 from ablation_report import claims, claims_markdown, curve_plots, macro_average, markdown, summarise
 from harness import limit_threads
 from training.common.cli import exit_status
@@ -68,6 +68,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--sweep", action="store_true", help="Arms: MLM only and decoder depth {1, 3} x span {2, 8, full}.")
     parser.add_argument("--seeds", nargs="+", type=int, help="Seeds to repeat every arm with (default: the budget's).")
     parser.add_argument(
+        "--rows", nargs="+", metavar="KEY",
+        help="Run only these rows, by their work-folder keys (start, mlm-only, decoder-3-span-2, decoder-3-span-full; "
+        "with --sweep also decoder-D-span-S), e.g. to bring the rows a claim compares to every seed first. The table "
+        "this run prints holds only them; the same command without --rows resumes the whole table. Default: all rows.",
+    )
+    parser.add_argument(
         "--few_shot", nargs="*", type=few_shot_k, metavar="K",
         help="Training queries of each few-shot fine-tuning, numbers or 'all' (default: the budget's); none given: "
         "zero-shot only.",
@@ -88,6 +94,17 @@ def collection_names(data_dirs: list[str]) -> list[str]:
             "work folder. Give each collection a folder of its own name."
         )
     return names
+
+
+def chosen_rows(keys: list[str] | None, arms: list, from_scratch: bool) -> set[str] | None:
+    """The row keys --rows asks for (None: every row), refused with the valid ones when one is not a row of this table."""
+    if keys is None:
+        return None
+    valid = [*([] if from_scratch else [START.key]), *(arm.key for arm in arms)]
+    unknown = [key for key in keys if key not in valid]
+    if unknown:
+        raise InputError(f"--rows {' '.join(unknown)}: not a row of this table. Its rows: {', '.join(valid)}.")
+    return set(keys)
 
 
 def report_section(title: str, rows: list[dict], columns: list[str]) -> dict:
@@ -111,6 +128,7 @@ def run_table(args: argparse.Namespace) -> str:
         for name, data_dir in zip(names, args.data_dir)
     }
     arms = select_arms(args.sweep)
+    rows = chosen_rows(args.rows, arms, from_scratch=args.start == SCRATCH)
     columns = evaluations(few_shot)
     results = {}
 
@@ -136,7 +154,7 @@ def run_table(args: argparse.Namespace) -> str:
         return record
 
     for name, ablation in ablations.items():
-        results[name] = ablation.run(arms, seeds, few_shot, after_each=after_each(name))
+        results[name] = ablation.run(arms, seeds, few_shot, after_each=after_each(name), only=rows)
     seeds_note = f"mean ± standard deviation over seeds {', '.join(map(str, seeds))}"
     return f"\n{report()}\n\n{seeds_note}; budget {args.budget}: {budget.description}."
 

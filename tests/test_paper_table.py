@@ -149,6 +149,22 @@ def test_a_work_folder_holding_a_table_of_other_settings_is_refused(table):
     assert (table.work / "results.json").read_text() == results_before
 
 
+def test_rows_runs_only_the_rows_named_and_refuses_one_the_table_does_not_have(table, tmp_path):
+    argv = ["--data_dir", table.data_dir, "--budget", "smoke", "--work_dir", table.work.parent, "--few_shot", *FEW_SHOT,
+            "--seeds", "1", "2"]
+
+    chosen = run_table([*argv, "--rows", "decoder-3-span-2", "--output_json", tmp_path / "seed-row.json"])
+    no_start = run_table([*argv, "--rows", "start", "mlm-only"])
+
+    assert chosen.returncode == 0, chosen.stderr[-3000:]
+    rows = json.loads((tmp_path / "seed-row.json").read_text())["tables"][table.data_dir.name]["arms"]
+    assert [row["key"] for row in rows] == ["decoder-3-span-2"]
+    assert "[decoder-3-span-2/seed-2/pretraining] done earlier" in chosen.stdout and "running" not in chosen.stdout
+    assert "mlm-only" not in chosen.stdout
+    assert no_start.returncode == 2  # from scratch there is no start row
+    assert "--rows start: not a row of this table" in no_start.stderr and "decoder-3-span-full" in no_start.stderr
+
+
 WARM_EVALUATIONS = ("dense zero-shot", "dense k=all", "sparse zero-shot", "sparse k=all")
 
 

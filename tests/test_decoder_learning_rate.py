@@ -87,7 +87,7 @@ def test_the_decoders_own_weights_and_only_they_are_in_the_decoder_rate_groups(s
 # Real FSDP (gloo, one CPU process; the world size of one makes it NO_SHARD, which still flattens unless told not
 # to), in a process of its own so that the process group and Accelerate's state stay out of the other tests.
 FSDP_PROGRAM = """
-import json, os, sys, torch, torch.distributed as dist
+import json, sys, torch, torch.distributed as dist
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from transformers import AutoTokenizer
 from modeling_seed import SeedEncoderForPreTraining

@@ -18,7 +18,8 @@ def splade_run(scifact_slice, splade_tiny_dir, tmp_path_factory):
     """Three epochs over the slice's training queries with BM25 negatives, at a learning rate for a trained model."""
     out = tmp_path_factory.mktemp("from-splade") / "splade"
     assert finetune([
-        "--model_name_or_path", splade_tiny_dir, "--base_model", "example-org/splade-tiny", "--data_dir", scifact_slice, "--output_dir", out, *TINY_FINETUNE,
+        "--model_name_or_path", splade_tiny_dir, "--base_model", "example-org/splade-tiny", "--data_dir", scifact_slice,
+        "--output_dir", out, *TINY_FINETUNE,
         "--sparse", "--learning_rate", "1e-4", "--negatives", "bm25", "--num_train_epochs", "3", "--dev_fraction", "0.3",
     ]) == 0
     return out
@@ -47,5 +48,5 @@ def test_the_model_keeps_the_checkpoints_splade_form_and_the_card_names_its_star
     assert pooling.activation_function == "relu"
     assert model.max_seq_length == 64
     card = ModelCard.load(splade_run / "README.md")
-    assert card.data.base_model == "example-org/splade-tiny"  # the Hub id given with --base_model, the folder in the text
+    assert card.data.base_model == "example-org/splade-tiny"  # the Hub id given with --base_model; the folder: the text
     assert f"**Starting checkpoint**: `{splade_tiny_dir}`" in card.text

@@ -22,7 +22,6 @@ def model_card_template(name: str) -> str:
     return (templates / name).read_text(encoding="utf-8")
 
 
-
 def check_hub_model_id(value: str | None, flag: str) -> None:
     """Refuse a `flag` value that the Hub would reject as a card's `base_model` (a path, a URL). Starting checkpoints
     are local folders, whose paths never go there: `push_to_hub` fails on card metadata that the Hub refuses."""
@@ -31,4 +30,3 @@ def check_hub_model_id(value: str | None, flag: str) -> None:
             f"{flag} {value}: expected a Hub model id, such as sentence-transformers/all-MiniLM-L6-v2 (the starting "
             "checkpoint's name on the Hub). It goes into the card's base_model, where the Hub refuses local paths."
         )
-

@@ -143,8 +143,8 @@ BUDGETS = {
     # table under way resumes (a changed budget is refused by its work folder).
     # Wall time on 2 idle cores, measured per part: pre-training 1200 steps is ~7 minutes for MLM only (3 steps/s)
     # and ~30 minutes for each decoder arm (1.5 s a step: the decoder's vocabulary projection at every position);
-    # a zero-shot row ~3 minutes; a few-shot fine-tuning of 100 steps ~6 minutes dense and ~9 sparse (5.3 s a step),
-    # plus its evaluation. About 3 hours a seed, 6-7 hours for the table.
+    # a zero-shot row ~3 minutes; a few-shot fine-tuning of 100 steps with its evaluation ~65 s dense and 11-13
+    # minutes sparse (both seeds' k=64 rows, measured). About 3 hours a seed, 6-7 hours for the table.
     "cpu-warm": Budget(
         description="about 6-7 hours on 2 CPU cores (resumable), continuing a trained encoder (--from PATH only)",
         seeds=(1, 2), few_shot=(64, None), max_seq_length=128,

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from ablation import BUDGETS, SCRATCH, START, Ablation, evaluations, select_arms
+from ablation import BUDGETS, SCRATCH, Ablation, evaluations, select_arms
 from ablation_report import claims, claims_markdown, curve_plots, macro_average, markdown, summarise
 from harness import limit_threads
 from training.common.cli import exit_status
@@ -96,11 +96,11 @@ def collection_names(data_dirs: list[str]) -> list[str]:
     return names
 
 
-def chosen_rows(keys: list[str] | None, arms: list, from_scratch: bool) -> set[str] | None:
+def chosen_rows(keys: list[str] | None, rows: list) -> set[str] | None:
     """The row keys --rows asks for (None: every row), refused with the valid ones when one is not a row of this table."""
     if keys is None:
         return None
-    valid = [*([] if from_scratch else [START.key]), *(arm.key for arm in arms)]
+    valid = [row.key for row in rows]
     unknown = [key for key in keys if key not in valid]
     if unknown:
         raise InputError(f"--rows {' '.join(unknown)}: not a row of this table. Its rows: {', '.join(valid)}.")
@@ -128,7 +128,7 @@ def run_table(args: argparse.Namespace) -> str:
         for name, data_dir in zip(names, args.data_dir)
     }
     arms = select_arms(args.sweep)
-    rows = chosen_rows(args.rows, arms, from_scratch=args.start == SCRATCH)
+    rows = chosen_rows(args.rows, next(iter(ablations.values())).rows(arms))  # every collection has the same rows
     columns = evaluations(few_shot)
     results = {}
 

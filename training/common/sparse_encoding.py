@@ -42,8 +42,9 @@ def to_csr(embeddings: torch.Tensor) -> sparse.csr_matrix:
     return sparse.csr_matrix((coo.values().float().numpy(), (rows, columns)), shape=tuple(coo.shape))
 
 
-def runs_fast(model: SparseEncoder) -> bool:
-    """Whether `model` has the standard SPLADE form that `encode_sparse` computes itself."""
+def has_standard_splade_form(model: SparseEncoder) -> bool:
+    """Whether `model` is Transformer(fill-mask) + SpladePooling(max) over a linear vocabulary projection, the form
+    this module computes itself."""
     modules = list(model)
     if len(modules) != 2 or not isinstance(modules[0], Transformer) or type(modules[1]) is not SpladePooling:
         return False
@@ -53,9 +54,42 @@ def runs_fast(model: SparseEncoder) -> bool:
         and pooling.pooling_strategy == "max"
         and transformer.query_expansion is None
         and not transformer.can_flatten_inputs
-        and model._distributed_inference is None  # a distributed trainer's evaluator shards the encoding over ranks
         and isinstance(transformer.auto_model.get_output_embeddings(), torch.nn.Linear)
     )
+
+
+def runs_fast(model: SparseEncoder) -> bool:
+    """Whether `encode_sparse` encodes `model` itself."""
+    # A distributed trainer's evaluator shards the encoding over ranks: sentence-transformers' encode does that.
+    return has_standard_splade_form(model) and model._distributed_inference is None
+
+
+@contextmanager
+def tiled_splade_training(model: SparseEncoder):
+    """While inside, `model`'s forward pass (what its training loss calls) pools with `TiledSpladeMax`: the vectors
+    and gradients of `SpladePooling` without the [batch, length, vocabulary] logits, several times faster on the CPU.
+    On a GPU, or for a model of another form, it changes nothing: there sentence-transformers' pooling is the fast
+    one, and the tiles' Python loop would not be."""
+    if model.device.type != "cpu" or not has_standard_splade_form(model):
+        yield
+        return
+    transformer, pooling = list(model)
+    projection = transformer.auto_model.get_output_embeddings()
+
+    def pool(features: dict, **kwargs) -> dict:
+        weight, bias = projection.weight, projection.bias
+        # Under --bf16 autocast the projection would run in bf16: the same here, the gradient flowing back as autocast's.
+        dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else features["token_embeddings"].dtype
+        with torch.autocast("cpu", enabled=False):
+            maxima = TiledSpladeMax.apply(
+                features["token_embeddings"].to(dtype), features["attention_mask"], weight.to(dtype),
+                None if bias is None else bias.to(dtype),
+            )
+            features["sentence_embedding"] = activate(maxima, pooling.activation_function)
+        return features
+
+    with _forward_replaced(pooling, pool), _vocabulary_projection_skipped(projection):
+        yield
 
 
 def encode_sparse(
@@ -103,33 +137,52 @@ def _prompt_name(model: SparseEncoder, task: Task) -> str | None:
 @contextmanager
 def _vocabulary_projection_skipped(projection: torch.nn.Linear):
     """While inside, the MLM head returns the transformed token states its projection would map to the vocabulary."""
-    projection.forward = lambda states: states
+    with _forward_replaced(projection, lambda states: states):
+        yield
+
+
+@contextmanager
+def _forward_replaced(module: torch.nn.Module, forward):
+    """While inside, `module` runs `forward`; then whatever it ran before (nested uses restore each other's)."""
+    previous = module.__dict__.get("forward")
+    module.forward = forward
     try:
         yield
     finally:
-        del projection.forward
+        if previous is None:
+            del module.forward
+        else:
+            module.forward = previous
 
 
 def max_token_logits(
-    states: torch.Tensor, attention_mask: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+    states: torch.Tensor, attention_mask: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+    winners: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """[batch, vocabulary]: per text, the max over its attended tokens of `states @ weight.T + bias`, computed one
-    TOKEN_TILE x VOCABULARY_TILE tile at a time. A text with no attended token gets -inf everywhere.
+    TOKEN_TILE x VOCABULARY_TILE tile at a time. A text with no attended token gets -inf everywhere. Given `winners`
+    (a [batch, vocabulary] long tensor), the position in the sequence of each max's token is written into it (-1 for a
+    text with no attended token), for the backward pass of `TiledSpladeMax`.
 
     A tile is too small a product to split over threads (two threads made it several times slower than one), so
     with N torch threads the texts are shared out among N workers instead, each multiplying on one thread."""
     batch_size, vocabulary = states.shape[0], weight.shape[0]
     maxima = torch.full((batch_size, vocabulary), float("-inf"), dtype=states.dtype, device=states.device)
+    if winners is not None:
+        winners.fill_(-1)
+    # Worker threads start with gradients on; inference tensors (the encoder's) may only be written in inference mode.
+    no_autograd = torch.inference_mode if states.is_inference() else torch.no_grad
 
     def pool_rows(rows: range) -> None:
         torch.set_num_threads(1)
-        with torch.inference_mode():  # thread-local: the caller's does not reach the workers
+        with no_autograd():
             pool_rows_without_grad(rows)
 
     def pool_rows_without_grad(rows: range) -> None:
         buffer = torch.empty(TOKEN_TILE * VOCABULARY_TILE, dtype=states.dtype, device=states.device)
         for row in rows:
-            tokens = states[row][attention_mask[row].bool()]
+            positions = attention_mask[row].nonzero().squeeze(1)
+            tokens = states[row, positions]
             for first_word in range(0, vocabulary, VOCABULARY_TILE):
                 words = slice(first_word, first_word + VOCABULARY_TILE)
                 word_weight = weight[words].T
@@ -141,7 +194,14 @@ def max_token_logits(
                         torch.mm(token_tile, word_weight, out=logits)
                     else:
                         torch.addmm(bias[words], token_tile, word_weight, out=logits)
-                    torch.maximum(row_maxima, logits.amax(dim=0), out=row_maxima)
+                    if winners is None:
+                        torch.maximum(row_maxima, logits.amax(dim=0), out=row_maxima)
+                    else:
+                        tile_maxima, tile_winners = logits.max(dim=0)
+                        better = tile_maxima > row_maxima
+                        row_winners = winners[row, words]
+                        torch.where(better, positions[first_token + tile_winners], row_winners, out=row_winners)
+                        torch.where(better, tile_maxima, row_maxima, out=row_maxima)
 
     threads = torch.get_num_threads()
     workers = min(threads, batch_size)
@@ -152,6 +212,48 @@ def max_token_logits(
     finally:
         torch.set_num_threads(threads)
     return maxima
+
+
+class TiledSpladeMax(torch.autograd.Function):
+    """`max_token_logits` with a gradient, for training on the CPU.
+
+    The max over tokens passes its gradient to the one token that won, so the backward pass never needs the logits:
+    word v of text b sends grad * weight[v] to its winning token's state and grad * that state to weight[v]. Only the
+    words with a gradient (a positive max: ReLU is flat elsewhere) do any work, a few hundred per text in a trained
+    SPLADE, where autograd through `SpladePooling` multiplies back through every token x vocabulary logit."""
+
+    # Rows of (word, text) pairs scattered at once in the backward pass: bounds its [pairs, hidden] buffers.
+    PAIRS_PER_CHUNK = 1 << 16
+
+    @staticmethod
+    def forward(ctx, states, attention_mask, weight, bias):
+        winners = torch.empty(states.shape[0], weight.shape[0], dtype=torch.long, device=states.device)
+        maxima = max_token_logits(states, attention_mask, weight, bias, winners=winners)
+        ctx.save_for_backward(states, weight, winners)
+        ctx.has_bias = bias is not None
+        return maxima
+
+    @staticmethod
+    def backward(ctx, grad_maxima):
+        states, weight, winners = ctx.saved_tensors
+        batch_size, length, hidden = states.shape
+        texts, words = ((grad_maxima != 0) & (winners >= 0)).nonzero(as_tuple=True)
+        grads = grad_maxima[texts, words]
+        token_rows = texts * length + winners[texts, words]  # rows of states viewed as [batch * length, hidden]
+        flat_states = states.reshape(-1, hidden)
+        grad_states = torch.zeros_like(flat_states) if ctx.needs_input_grad[0] else None
+        grad_weight = torch.zeros_like(weight) if ctx.needs_input_grad[2] else None
+        for first in range(0, len(grads), TiledSpladeMax.PAIRS_PER_CHUNK):
+            chunk = slice(first, first + TiledSpladeMax.PAIRS_PER_CHUNK)
+            chunk_grads = grads[chunk].unsqueeze(1)
+            if grad_states is not None:
+                grad_states.index_add_(0, token_rows[chunk], chunk_grads * weight[words[chunk]])
+            if grad_weight is not None:
+                grad_weight.index_add_(0, words[chunk], chunk_grads * flat_states[token_rows[chunk]])
+        grad_bias = None
+        if ctx.has_bias and ctx.needs_input_grad[3]:
+            grad_bias = torch.zeros(weight.shape[0], dtype=grads.dtype, device=grads.device).index_add_(0, words, grads)
+        return None if grad_states is None else grad_states.view_as(states), None, grad_weight, grad_bias
 
 
 def activate(maxima: torch.Tensor, activation_function: str) -> torch.Tensor:

@@ -4,6 +4,7 @@ The pipeline (data, negatives, teachers, rounds, resume, card) is the same for b
 says how to load the starting model, which trainer trains it, and how its training loss is composed.
 """
 
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from sentence_transformers import SentenceTransformerTrainer, SparseEncoderTrain
 
 from ..common.errors import InputError
 from ..common.models import has_mlm_head, load_sentence_transformer, load_sparse_encoder, model_kind
+from ..common.sparse_encoding import tiled_splade_training
 from .arguments import FinetuningModelArguments, RecipeArguments
 from .losses import SparseRegularisation, build_loss, teacher_label_scale
 
@@ -36,6 +38,14 @@ class RetrieverFamily:
 
     def trainer(self, **kwargs):
         return (SparseEncoderTrainer if self.sparse else SentenceTransformerTrainer)(**kwargs)
+
+    def training(self, trainer) -> AbstractContextManager:
+        """What `trainer.train()` runs inside: for a sparse model, SPLADE pooling without its [batch, length,
+        vocabulary] logits (on the CPU). Not with sharded parameters (FSDP, DeepSpeed), whose vocabulary projection
+        is gathered only inside the module that owns it."""
+        if self.sparse and not (trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled):
+            return tiled_splade_training(trainer.model)
+        return nullcontext()
 
     def loss(self, model, recipe: RecipeArguments, model_args: FinetuningModelArguments):
         regularisation = None

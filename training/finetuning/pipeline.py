@@ -254,7 +254,8 @@ def finetune_in_rounds(
             evaluator=evaluator,
         )
         trainer.add_callback(TrainingStepTimer(timer))
-        train_round(plan, trainer, timer)
+        with family.training(trainer):
+            train_round(plan, trainer, timer)
 
     best = max(plans, key=lambda plan: plan.dev_metrics()[evaluator.primary_metric])
     final_model = family.load(str(best.model_dir), model_args)

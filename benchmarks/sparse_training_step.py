@@ -44,14 +44,22 @@ def gradients(model) -> dict[str, torch.Tensor]:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default=str(REPO_ROOT.parent / "shared" / "models" / "splade-tiny"))
-    parser.add_argument("--data_dir", default=str(REPO_ROOT.parent / "shared" / "data" / "scifact"))
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    parser.add_argument(
+        "--model", default=str(REPO_ROOT.parent / "shared" / "models" / "splade-tiny"),
+        help="A SPLADE to train: a SparseEncoder folder, or a checkpoint with a masked-LM head.",
+    )
+    parser.add_argument(
+        "--data_dir", default=str(REPO_ROOT.parent / "shared" / "data" / "scifact"),
+        help="A BEIR-layout folder with qrels/train.tsv: the triples' queries and abstracts.",
+    )
     parser.add_argument("--batch_size", type=int, default=32, help="Triples per step (the fine-tuning default).")
     parser.add_argument("--max_seq_length", type=int, default=256, help="Tokens kept per text (the fine-tuning default).")
     parser.add_argument("--rounds", type=int, default=3, help="Steps timed per pooling, interleaved.")
     parser.add_argument("--num_threads", type=int, default=2, help="torch threads (pinned, for comparable runs).")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="Draws the triples and seeds torch.")
     args = parser.parse_args(argv)
     limit_threads()
     torch.set_num_threads(args.num_threads)

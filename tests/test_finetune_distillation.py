@@ -2,8 +2,9 @@
 
 Each teacher's scores are standardised (zero mean, unit variance) and the teachers averaged. A dense student
 compares cosines: its KL target is softmax(teacher) against softmax(similarity_scale x cosine), its MarginMSE
-target the teacher's margins divided by the scale. A sparse student compares dot products on the teacher's own
-scale. The losses the pipeline builds are checked against those formulas on a hand-made batch, and real runs
+target the teacher's margins divided by the scale. A sparse student compares dot products, whose scale is its
+own: the standardised scores are multiplied by the spread (standard deviation) of the student's own scores of the
+round's pairs. The losses the pipeline builds are checked against those formulas on a hand-made batch, and real runs
 against teachers scored here independently: bm25 with bm25s, a cross-encoder with its own `predict`.
 """
 
@@ -56,12 +57,19 @@ def cosines(query: np.ndarray, documents: list[np.ndarray]) -> np.ndarray:
     return dot_products(unit(query), [unit(document) for document in documents])
 
 
+def on_own_scale(z: np.ndarray, own_scores: np.ndarray) -> np.ndarray:
+    """Standardised teacher scores in a sparse student's units: times the spread of its own scores."""
+    return z * own_scores.std()
+
+
 # What each student must be taught, from its similarities and the standardised teacher scores z.
 EXPECTED_LOSS = {
     ("dense", "kl"): lambda q, docs, z: kl_divergence(softmax(z), softmax(SCALE * cosines(q, docs))) / SCALE**2,
     ("dense", "margin_mse"): lambda q, docs, z: margin_mse(cosines(q, docs), z / SCALE),
-    ("sparse", "kl"): lambda q, docs, z: kl_divergence(softmax(z), softmax(dot_products(q, docs))),
-    ("sparse", "margin_mse"): lambda q, docs, z: margin_mse(dot_products(q, docs), z),
+    ("sparse", "kl"): lambda q, docs, z: kl_divergence(
+        softmax(on_own_scale(z, dot_products(q, docs))), softmax(dot_products(q, docs))
+    ),
+    ("sparse", "margin_mse"): lambda q, docs, z: margin_mse(dot_products(q, docs), on_own_scale(z, dot_products(q, docs))),
 }
 
 
@@ -81,14 +89,15 @@ def test_distillation_loss_is_the_formula_on_a_hand_made_batch(students, kind, d
     if family.sparse:
         embeddings = [vectors.relu() for vectors in embeddings]
     teacher = torch.from_numpy(standardised(torch.randn(4, 3, generator=generator).numpy())).float()
+    query, *documents = (vectors.double().numpy() for vectors in embeddings)
 
-    labels = teacher * family.teacher_label_scale(recipe)  # what the pipeline stores as the `label` column
+    # What the pipeline stores as the `label` column, the student's own scores being those of this batch.
+    labels = teacher * family.teacher_label_scale(recipe, lambda: dot_products(query, documents))
     if family.sparse:
         assert isinstance(loss, SpladeLoss)  # FLOPS regularisation around the ranking loss
         loss = loss.loss
     value = loss.compute_loss_from_embeddings(embeddings, labels)
 
-    query, *documents = (vectors.double().numpy() for vectors in embeddings)
     expected = EXPECTED_LOSS[kind, distillation](query, documents, teacher.double().numpy())
     assert value.item() == pytest.approx(expected, rel=1e-4)
 
@@ -151,12 +160,26 @@ def sparse_distilled(scifact_slice, tiny_seed_dir, tmp_path_factory):
     return out, training_set
 
 
-def test_sparse_student_is_taught_the_standardised_teacher_scores_on_their_own_scale(sparse_distilled, scifact_slice):
+def test_sparse_student_is_taught_the_standardised_teacher_scores_on_its_own_scale(
+    sparse_distilled, scifact_slice, tiny_seed_dir
+):
+    """Round 1's student is the start: its own scores of the round's pairs, computed here with sentence-transformers'
+    encode_query / encode_document, set the labels' spread."""
     out, _ = sparse_distilled
     examples = round_examples(out, 1)
     saved = np.asarray(json.loads((round_dir(out, 1) / "examples.json").read_text())["scores"])
+    train = load_collection(str(scifact_slice), "train")
+    student = load_sparse_encoder(str(tiny_seed_dir), max_seq_length=64)  # as TINY_FINETUNE trains it
+    dense = {"convert_to_tensor": True, "convert_to_sparse_tensor": False}
+    queries = student.encode_query([train.queries[query_id] for query_id, _, _ in examples], **dense)
+    documents_by_column = zip(*[[positive, *negatives] for _, positive, negatives in examples])
+    own_scores = np.stack([
+        (queries * student.encode_document([train.corpus[doc_id] for doc_id in column], **dense)).sum(dim=1).numpy()
+        for column in documents_by_column
+    ], axis=1)
 
-    expected = standardised(bm25_scores(load_collection(str(scifact_slice), "train"), examples))
+    expected = on_own_scale(standardised(bm25_scores(train, examples)), own_scores)
+    assert own_scores.std() > 2  # far from a standardised teacher's 1: a label left on the teacher's scale shows
     np.testing.assert_allclose(saved, expected, rtol=1e-4, atol=1e-4)
     assert "SpladeLoss(SparseMarginMSELoss)" in (out / "README.md").read_text()
 

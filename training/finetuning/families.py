@@ -4,17 +4,19 @@ The pipeline (data, negatives, teachers, rounds, resume, card) is the same for b
 says how to load the starting model, which trainer trains it, and how its training loss is composed.
 """
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 from sentence_transformers import SentenceTransformerTrainer, SparseEncoderTrainer
 
 from ..common.errors import InputError
 from ..common.models import has_mlm_head, load_sentence_transformer, load_sparse_encoder, model_kind
 from ..common.sparse_encoding import tiled_splade_training
 from .arguments import FinetuningModelArguments, RecipeArguments
-from .losses import SparseRegularisation, build_loss, teacher_label_scale
+from .losses import SparseRegularisation, build_loss
 
 # Longest input when neither the user nor the starting model says otherwise.
 DEFAULT_MAX_SEQ_LENGTH = 256
@@ -53,8 +55,15 @@ class RetrieverFamily:
             regularisation = SparseRegularisation(model_args.query_regularizer_weight, model_args.document_regularizer_weight)
         return build_loss(model, recipe, regularisation)
 
-    def teacher_label_scale(self, recipe: RecipeArguments) -> float:
-        return teacher_label_scale(recipe, sparse=self.sparse)
+    def teacher_label_scale(self, recipe: RecipeArguments, own_scores: Callable[[], np.ndarray]) -> float:
+        """What the round's standardised teacher scores are multiplied by to be on the student's scale. A dense
+        student's logits are cosines x similarity_scale: 1 / that scale. A sparse student's dot products have no fixed
+        scale (splade-tiny's spread over SciFact training pairs is about 16, against a standardised teacher's 1), so
+        the spread (standard deviation) of `own_scores()`, the student's own scores of the round's pairs: then
+        distillation reshapes its ranking instead of first shrinking every score towards the teacher's units."""
+        if not self.sparse:
+            return 1.0 / recipe.similarity_scale
+        return float(np.std(own_scores())) or 1.0
 
     def describe(self, model) -> str:
         if self.sparse:

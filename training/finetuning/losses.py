@@ -5,9 +5,9 @@ picked for the model's kind; a sparse model's is then wrapped in `SpladeLoss`, w
 regularisation of queries and documents.
 
 Similarities: the dense student compares cosines; in-batch softmax logits are cosines times
-`similarity_scale`. Teacher scores arrive standardised (zero mean, unit variance), so for a dense
-student they are divided by that scale to live on the cosine scale of its margins and logits. A
-sparse student scores by dot product, on the teacher's scale as it is.
+`similarity_scale`. A sparse student scores by dot product. Teacher scores arrive standardised (zero
+mean, unit variance) and multiplied by the family's `teacher_label_scale`, which puts them on the
+student's scale.
 """
 
 from dataclasses import dataclass
@@ -24,11 +24,6 @@ from .arguments import RecipeArguments
 class SparseRegularisation:
     query_weight: float
     document_weight: float
-
-
-def teacher_label_scale(recipe: RecipeArguments, sparse: bool) -> float:
-    """What standardised teacher scores are multiplied by to match the student's similarity scale."""
-    return 1.0 if sparse else 1.0 / recipe.similarity_scale
 
 
 def ranking_loss(model, recipe: RecipeArguments, sparse: bool) -> nn.Module:

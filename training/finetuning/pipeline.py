@@ -41,11 +41,11 @@ from ..evaluation.evaluator import RetrievalEvaluator, indexed, model_retriever
 from ..evaluation.report import STAT_COLUMNS
 from .arguments import FinetuningDataArguments, FinetuningModelArguments, RecipeArguments, SeedFinetuningArguments
 from .data import TrainingSet, training_set_from_beir, training_set_from_crops, training_set_from_pairs
-from .examples import examples_dataset
+from .examples import examples_dataset, teacher_scores
 from .families import RetrieverFamily, retriever_family
 from .model_card import describe_recipe, fill_card_data, write_model_card
 from .rounds import SAVING, RoundPlan, prepare_examples, train_round, write_json_atomically
-from .teachers import check_teacher_specs, load_teacher
+from .teachers import SparseTeacher, check_teacher_specs, load_teacher
 
 logger = logging.getLogger(__name__)
 # Everything but the final model: the run's arguments, metrics and rounds. Left out of Hub uploads.
@@ -242,7 +242,9 @@ def finetune_in_rounds(
                     plan, training_set, recipe, training_args.seed,
                     retriever_for_model=lambda: own_index(model, training_set.corpus, evaluator),
                     teacher=teacher,
-                    label_scale=family.teacher_label_scale(recipe),
+                    label_scale=lambda examples: family.teacher_label_scale(
+                        recipe, lambda: teacher_scores(SparseTeacher(model, "the student"), training_set, examples)
+                    ),
                 ),
             )
         fill_card_data(model, model_args, training_set)

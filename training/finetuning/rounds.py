@@ -10,6 +10,7 @@ checkpoint.
 import json
 import logging
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,8 +67,12 @@ def negative_candidates(round_number: int, source: str, training_set: TrainingSe
     return mine_negative_candidates(retriever, training_set, recipe.negatives_range_min, recipe.negatives_range_max)
 
 
-def prepare_examples(plan: RoundPlan, training_set: TrainingSet, recipe, seed: int, retriever_for_model, teacher, label_scale):
-    """The round's examples (query id, positive id, negative ids) and teacher scores, mined once and kept."""
+def prepare_examples(
+    plan: RoundPlan, training_set: TrainingSet, recipe, seed: int, retriever_for_model, teacher,
+    label_scale: Callable[[list[tuple]], float],
+):
+    """The round's examples (query id, positive id, negative ids) and teacher scores, mined once and kept; the scores
+    are multiplied by `label_scale(examples)`."""
     path = plan.folder / EXAMPLES_FILE
     if path.is_file():
         saved = json.loads(path.read_text())
@@ -80,7 +85,7 @@ def prepare_examples(plan: RoundPlan, training_set: TrainingSet, recipe, seed: i
         examples = draw_negatives(candidates, training_set, recipe.negatives_per_query, seed + plan.number)
     scores = None
     if teacher is not None:
-        scores = teacher_scores(teacher, training_set, examples) * label_scale
+        scores = teacher_scores(teacher, training_set, examples) * label_scale(examples)
     plan.folder.mkdir(parents=True, exist_ok=True)
     write_json_atomically(path, {"examples": examples, "scores": None if scores is None else scores.tolist()})
     return examples, scores

@@ -47,9 +47,8 @@ class SparseTeacher:
     """A SPLADE SparseEncoder: the dot product of the query's and the document's sparse vectors, each distinct text
     encoded once, as the model's own encode_query / encode_document would (with `encode_sparse`)."""
 
-    def __init__(self, path: str, batch_size: int = 64):
-        self.name, self.batch_size = path, batch_size
-        self.model = load_sparse_encoder(path)
+    def __init__(self, model, name: str, batch_size: int = 64):
+        self.model, self.name, self.batch_size = model, name, batch_size
 
     def score(self, queries: list[str], documents: list[str]) -> np.ndarray:
         query_rows = {text: row for row, text in enumerate(dict.fromkeys(queries))}
@@ -142,7 +141,7 @@ def load_teacher(specs: list[str], corpus: dict[str, str]) -> EnsembleTeacher:
         elif kind == "cross-encoder":
             teachers.append(CrossEncoderTeacher(path))
         elif kind == "sparse":
-            teachers.append(SparseTeacher(path))
+            teachers.append(SparseTeacher(load_sparse_encoder(path), path))
         else:
             teachers.append(BiEncoderTeacher(path))
     return EnsembleTeacher(teachers)

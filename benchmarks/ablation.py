@@ -143,10 +143,11 @@ BUDGETS = {
     # table under way resumes (a changed budget is refused by its work folder).
     # Wall time on 2 idle cores, measured per part: pre-training 1200 steps is ~7 minutes for MLM only (3 steps/s)
     # and ~30 minutes for each decoder arm (1.5 s a step: the decoder's vocabulary projection at every position);
-    # a zero-shot row ~3 minutes; a few-shot fine-tuning of 100 steps with its evaluation ~65 s dense and 11-13
-    # minutes sparse (both seeds' k=64 rows, measured). About 3 hours a seed, 6-7 hours for the table.
+    # a zero-shot row ~3 minutes; a few-shot fine-tuning of 100 steps with its evaluation ~65-80 s dense and, sparse,
+    # 11-13 minutes through SpladePooling or 4-7 minutes through TiledSpladeMax. The whole table (2 seeds, every row)
+    # recorded 21,371 s (5.9 hours) of steps, on 2 cores often shared with other work.
     "cpu-warm": Budget(
-        description="about 6-7 hours on 2 CPU cores (resumable), continuing a trained encoder (--from PATH only)",
+        description="about 6 hours on 2 CPU cores (5.9 h measured; resumable), continuing a trained encoder (--from PATH only)",
         seeds=(1, 2), few_shot=(64, None), max_seq_length=128,
         pretraining_steps=1200, pretraining_batch_size=32, finetuning_steps=100, finetuning_batch_size=32,
         finetuning_recipe=("--negatives", "bm25"), pretraining_evaluations=4,

@@ -18,6 +18,12 @@ from training.finetune import main
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FINETUNE_SCRIPT = REPO_ROOT / "training" / "finetune.py"
 
+def weights_checksum(model) -> float:
+    """Tells models apart without the code under test: any optimizer step changes it."""
+    with torch.no_grad():
+        return float(sum(parameter.double().sum() for parameter in model.parameters()))
+
+
 # A few steps of a 2-layer model on short texts, evaluated on the dev split at the end of each round.
 TINY_FINETUNE = [
     "--max_seq_length", "64",

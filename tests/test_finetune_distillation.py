@@ -18,12 +18,14 @@ from sentence_transformers.sparse_encoder.losses import SpladeLoss
 from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
 from evaluation_helpers import brute_force_ndcg_at_10
-from finetune_helpers import TINY_FINETUNE, bm25_scores, finetune, round_dir, round_examples, standardised
+from finetune_helpers import TINY_FINETUNE, bm25_scores, finetune, round_dir, round_examples, standardised, weights_checksum
 from training.common.models import load_sentence_transformer, load_sparse_encoder
+from training.common.sparse_encoding import encode_sparse
 from training.evaluation.collection import load_collection
 from training.evaluation.retrievers import sparse
 from training.finetuning.arguments import FinetuningModelArguments, RecipeArguments
 from training.finetuning.data import training_set_from_beir
+from training.finetuning import teachers
 from training.finetuning.families import DENSE, SPARSE
 from training.finetuning.rounds import DEV_METRICS_FILE
 
@@ -147,17 +149,26 @@ def test_ensemble_labels_are_the_mean_of_each_teachers_standardised_scores(
 
 @pytest.fixture(scope="module")
 def sparse_distilled(scifact_slice, tiny_seed_dir, tmp_path_factory):
-    """SPLADE distilled from bm25 with MarginMSE, its dev search run over blocks of 4 queries."""
+    """SPLADE distilled from bm25 with MarginMSE, its dev search run over blocks of 4 queries; returns the output
+    folder, the training set and (weights checksum, task, texts) of every SPLADE encoding the run made."""
     out = tmp_path_factory.mktemp("sparse-distilled") / "splade"
     training_set = training_set_from_beir(str(scifact_slice), 0.3, None, seed=3)
+    encodings = []
+
+    def spy(model, texts, task, *args, **kwargs):
+        encodings.append((weights_checksum(model), task, list(texts)))
+        return encode_sparse(model, texts, task, *args, **kwargs)
+
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(sparse, "SCORE_BLOCK_VALUES", 4 * len(training_set.corpus))
+        for module in (sparse, teachers):
+            patch.setattr(module, "encode_sparse", spy)
         assert finetune([
             "--model_name_or_path", tiny_seed_dir, "--data_dir", scifact_slice, "--output_dir", out, *TINY_FINETUNE,
             "--sparse", "--negatives", "bm25", "--teacher", "bm25", "--distillation", "margin_mse",
             "--dev_fraction", "0.3", "--max_steps", "3",
         ]) == 0
-    return out, training_set
+    return out, training_set, encodings
 
 
 def test_sparse_student_is_taught_the_standardised_teacher_scores_on_its_own_scale(
@@ -165,7 +176,7 @@ def test_sparse_student_is_taught_the_standardised_teacher_scores_on_its_own_sca
 ):
     """Round 1's student is the start: its own scores of the round's pairs, computed here with sentence-transformers'
     encode_query / encode_document, set the labels' spread."""
-    out, _ = sparse_distilled
+    out, _, _ = sparse_distilled
     examples = round_examples(out, 1)
     saved = np.asarray(json.loads((round_dir(out, 1) / "examples.json").read_text())["scores"])
     train = load_collection(str(scifact_slice), "train")
@@ -184,8 +195,20 @@ def test_sparse_student_is_taught_the_standardised_teacher_scores_on_its_own_sca
     assert "SpladeLoss(SparseMarginMSELoss)" in (out / "README.md").read_text()
 
 
+def test_the_students_own_scores_read_its_documents_from_the_corpus_encoding_of_the_dev_evaluation(sparse_distilled):
+    """The labels' spread needs the student's scores of the round's pairs: their documents' vectors come from the
+    corpus encoding the dev evaluation made with the same weights, never from encoding those documents again."""
+    _, training_set, encodings = sparse_distilled
+    corpus = list(training_set.corpus.values())
+    document_encodings = [(checksum, texts) for checksum, task, texts in encodings if task == "document"]
+
+    assert [texts for _, texts in document_encodings] == [corpus] * len(document_encodings)
+    # The start and the trained model: each encodes the corpus once.
+    assert len({checksum for checksum, _ in document_encodings}) == len(document_encodings) == 2
+
+
 def test_sparse_dev_metrics_searched_in_blocks_are_the_brute_force_figures(sparse_distilled):
-    out, training_set = sparse_distilled
+    out, training_set, _ = sparse_distilled
     reported = json.loads((round_dir(out, 1) / DEV_METRICS_FILE).read_text())["dev_ndcg@10"]
 
     assert len(training_set.dev.queries) == 9  # three blocks of 4, 4 and 1

@@ -8,10 +8,9 @@ a spy wraps `encode_document`, so the real model still encodes, and records whic
 import json
 
 import pytest
-import torch
 from sentence_transformers import SentenceTransformer
 
-from finetune_helpers import TINY_FINETUNE, finetune, round_dir
+from finetune_helpers import TINY_FINETUNE, finetune, round_dir, weights_checksum
 from training.evaluation.collection import load_collection
 from training.evaluation.evaluator import RetrievalEvaluator
 from training.finetuning.arguments import FinetuningModelArguments
@@ -20,12 +19,6 @@ from training.finetuning.families import DENSE
 
 DEV_FRACTION = 0.3
 SEED = 3  # TINY_FINETUNE's --seed
-
-
-def weights_checksum(model) -> float:
-    """Tells models apart without the code under test: any optimizer step changes it."""
-    with torch.no_grad():
-        return float(sum(parameter.double().sum() for parameter in model.parameters()))
 
 
 @pytest.fixture(scope="module")

@@ -11,12 +11,25 @@ from datasets import Dataset
 from .data import TrainingSet
 
 
-def teacher_scores(teacher, training_set: TrainingSet, examples: list[tuple[str, str, list[str]]]) -> np.ndarray:
-    """(examples, 1 + negatives) teacher scores of each example's positive then negatives."""
+def scored_pairs(training_set: TrainingSet, examples: list[tuple[str, str, list[str]]]) -> tuple[list[str], list[str]]:
+    """The query texts and document ids of every (example, document) pair, each example's positive then negatives."""
     width = 1 + len(examples[0][2])
     queries = [training_set.queries[query_id] for query_id, _, negatives in examples for _ in range(width)]
-    documents = [training_set.corpus[doc_id] for _, positive, negatives in examples for doc_id in (positive, *negatives)]
-    return np.asarray(teacher.score(queries, documents), dtype=np.float32).reshape(len(examples), width)
+    document_ids = [doc_id for _, positive, negatives in examples for doc_id in (positive, *negatives)]
+    return queries, document_ids
+
+
+def teacher_scores(teacher, training_set: TrainingSet, examples: list[tuple[str, str, list[str]]]) -> np.ndarray:
+    """(examples, 1 + negatives) teacher scores of each example's positive then negatives."""
+    queries, document_ids = scored_pairs(training_set, examples)
+    documents = [training_set.corpus[doc_id] for doc_id in document_ids]
+    return np.asarray(teacher.score(queries, documents), dtype=np.float32).reshape(len(examples), -1)
+
+
+def own_index_scores(index, training_set: TrainingSet, examples: list[tuple[str, str, list[str]]]) -> np.ndarray:
+    """(examples, 1 + negatives) scores of each example's positive then negatives by the sparse model whose index of
+    the training corpus `index` is (a SparseRetriever): its documents are not encoded again."""
+    return index.pair_scores(*scored_pairs(training_set, examples)).reshape(len(examples), -1)
 
 
 def examples_dataset(

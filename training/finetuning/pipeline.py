@@ -41,11 +41,11 @@ from ..evaluation.evaluator import RetrievalEvaluator, indexed, model_retriever
 from ..evaluation.report import STAT_COLUMNS
 from .arguments import FinetuningDataArguments, FinetuningModelArguments, RecipeArguments, SeedFinetuningArguments
 from .data import TrainingSet, training_set_from_beir, training_set_from_crops, training_set_from_pairs
-from .examples import examples_dataset, teacher_scores
+from .examples import examples_dataset, own_index_scores
 from .families import RetrieverFamily, retriever_family
 from .model_card import describe_recipe, fill_card_data, write_model_card
 from .rounds import SAVING, RoundPlan, prepare_examples, train_round, write_json_atomically
-from .teachers import SparseTeacher, check_teacher_specs, load_teacher
+from .teachers import check_teacher_specs, load_teacher
 
 logger = logging.getLogger(__name__)
 # Everything but the final model: the run's arguments, metrics and rounds. Left out of Hub uploads.
@@ -243,7 +243,7 @@ def finetune_in_rounds(
                     retriever_for_model=lambda: own_index(model, training_set.corpus, evaluator),
                     teacher=teacher,
                     label_scale=lambda examples: family.teacher_label_scale(
-                        recipe, lambda: teacher_scores(SparseTeacher(model, "the student"), training_set, examples)
+                        recipe, lambda: own_index_scores(own_index(model, training_set.corpus, evaluator), training_set, examples)
                     ),
                 ),
             )

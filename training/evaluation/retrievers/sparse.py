@@ -75,6 +75,15 @@ class SparseRetriever(Retriever):
         indices, scores = self.top_k(self._queries, top_k)
         return run_from_top_k(list(queries), self.document_ids, indices, scores, positive_only=True)
 
+    def pair_scores(self, queries: list[str], document_ids: list[str]) -> np.ndarray:
+        """The model's scores of the (query text, indexed document id) pairs: each distinct query encoded once, each
+        document's vector read from the index instead of being encoded again."""
+        query_rows = {text: row for row, text in enumerate(dict.fromkeys(queries))}
+        query_vectors = self._vectors("query", list(query_rows))[[query_rows[text] for text in queries]]
+        document_rows = {document_id: row for row, document_id in enumerate(self.document_ids)}
+        document_vectors = self.documents[[document_rows[document_id] for document_id in document_ids]]
+        return np.asarray(query_vectors.multiply(document_vectors).sum(axis=1), dtype=np.float32).ravel()
+
     def top_k(self, queries: sparse.csr_matrix, top_k: int) -> tuple[np.ndarray, np.ndarray]:
         """Per query vector (a CSR row), the rows of the `top_k` best documents and their scores, best first."""
         block = max(1, SCORE_BLOCK_VALUES // len(self.document_ids))

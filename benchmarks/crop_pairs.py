@@ -57,7 +57,7 @@ def main() -> None:
     limit_threads()
 
     passages = embedded_corpus_passages()
-    pairs_set = training_set_from_crops(passages, DEV_FRACTION, SEED, "python-docs", "bundled documentation")
+    pairs_set = training_set_from_crops(passages, DEV_FRACTION, None, SEED, "python-docs", "bundled documentation")
     pairs = [
         (pairs_set.queries[query_id], pairs_set.corpus[pairs_set.positives(query_id)[0]]) for query_id in pairs_set.queries
     ]

@@ -55,10 +55,14 @@ def test_pairs_file_holds_dev_queries_out_of_training(tmp_path):
 def test_crops_hold_dev_passages_out_of_training(scifact_slice, seed):
     passages = [json.loads(line)["text"] for line in (scifact_slice / "corpus.jsonl").read_text().splitlines()][:40]
 
-    training_set = training_set_from_crops(passages, DEV_FRACTION, seed, "slice", "slice abstracts")
+    training_set = training_set_from_crops(passages, DEV_FRACTION, None, seed, "slice", "slice abstracts")
+    few_shot = training_set_from_crops(passages, DEV_FRACTION, 8, seed, "slice", "slice abstracts")
 
     assert len(training_set.queries) + len(training_set.dev.queries) == 40
-    assert_held_out(training_set, set(training_set.queries) | set(training_set.dev.queries))
+    every_query = set(training_set.queries) | set(training_set.dev.queries)
+    assert_held_out(training_set, every_query)
+    assert_held_out(few_shot, every_query, max_train_queries=8)
+    assert set(few_shot.passages) == set(few_shot.queries)
 
 
 def test_training_dataset_columns_hold_each_examples_own_texts_and_teacher_scores(scifact_slice):

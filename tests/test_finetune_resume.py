@@ -1,13 +1,12 @@
 """An interrupted fine-tuning run, rerun with the same command, ends with the very weights of an uninterrupted
-one; and with no arguments at all, fine-tuning turns the pretraining main job's ./seed-encoder into ./seed-encoder-st."""
+one. (With no arguments at all, fine-tuning turns the pretraining main job's ./seed-encoder into ./seed-encoder-st:
+`test_main_job.py` runs that chain.)"""
 
 import json
-import shutil
 import subprocess
 import sys
 
 import pytest
-from sentence_transformers import SentenceTransformer
 
 from finetune_helpers import FINETUNE_SCRIPT, TINY_FINETUNE, finetune, round_dir
 from pretrain_helpers import REPO_ROOT, kill_once_written, max_abs_difference, subprocess_env, weights
@@ -71,19 +70,3 @@ def test_a_folder_holding_another_run_is_refused(tmp_path, command, capsys):
 
     assert "holds a different fine-tuning run" in capsys.readouterr().err
 
-
-def test_no_arguments_turn_the_pretraining_main_jobs_folder_into_a_sentence_transformer(tmp_path, tiny_seed_dir):
-    """Every default but the length: no model, data or output argument. The default rounds (2 of 2 epochs over the
-    bundled documentation's crops) would take minutes, so each round is cut to a few steps."""
-    shutil.copytree(tiny_seed_dir, tmp_path / "seed-encoder")
-
-    finished = subprocess.run(
-        [sys.executable, str(FINETUNE_SCRIPT), "--max_steps", "3"], cwd=tmp_path, env=subprocess_env(),
-        capture_output=True, text=True, timeout=900,
-    )
-
-    assert finished.returncode == 0, finished.stderr[-3000:]
-    assert "Fine-tuned model written to seed-encoder-st" in finished.stdout
-    model = SentenceTransformer(str(tmp_path / "seed-encoder-st"))
-    assert model.encode(["a list comprehension"]).shape == (1, 64)
-    assert "pydoc_data" in (tmp_path / "seed-encoder-st" / "README.md").read_text()

@@ -38,6 +38,8 @@ class TrainingSet:
     name: str
     description: str
     given_negatives: dict[str, list[str]] = field(default_factory=dict)
+    # Crop pairs only: the passage each training query was cropped from (fine-tuning draws fresh crops of it).
+    passages: dict[str, str] = field(default_factory=dict)
 
     def positives(self, query_id: str) -> list[str]:
         return [doc_id for doc_id, relevance in self.qrels[query_id].items() if relevance > 0]
@@ -160,11 +162,11 @@ def random_crop(words: list[str], rng: random.Random) -> str:
 
 
 def training_set_from_crops(
-    passages: list[str], dev_fraction: float, seed: int, name: str, description: str
+    passages: list[str], dev_fraction: float, max_train_queries: int | None, seed: int, name: str, description: str
 ) -> TrainingSet:
     """Unsupervised pairs: for each passage, one random crop is the query and another the document it must find."""
     rng = random.Random(seed)
-    queries, corpus, qrels = {}, {}, {}
+    queries, corpus, qrels, sources = {}, {}, {}, {}
     for index, passage in enumerate(passages):
         words = passage.split()
         if len(words) < 2 * MIN_CROP_WORDS:
@@ -172,13 +174,17 @@ def training_set_from_crops(
         query_id, doc_id = f"q{index}", f"d{index}"
         queries[query_id], corpus[doc_id] = random_crop(words, rng), random_crop(words, rng)
         qrels[query_id] = {doc_id: 1}
+        sources[query_id] = passage
     if len(queries) < 10:
         raise InputError(
             f"{description}: only {len(queries)} passages have {2 * MIN_CROP_WORDS} words or more; unsupervised pairs "
             "need at least 10. Pass a larger --corpus_file."
         )
     whole = Collection(name="train", corpus=corpus, queries=queries, qrels=qrels)
-    return _with_held_out_dev(
-        whole, dev_fraction, None, seed, name,
-        f"{description}, passages as pairs of independent random crops (Contriever)",
+    training_set = _with_held_out_dev(
+        whole, dev_fraction, max_train_queries, seed, name,
+        f"{description}, passages as pairs of independent random crops (Contriever; new crops every epoch unless a "
+        "teacher scored the fixed pairs)",
     )
+    training_set.passages = {query_id: sources[query_id] for query_id in training_set.queries}
+    return training_set

@@ -23,6 +23,7 @@ from accelerate.utils import broadcast_object_list
 from transformers import set_seed
 
 import modeling_seed  # noqa: F401  (registers SEED with the Auto classes in every process)
+from modeling_seed import SeedEncoderConfig
 
 from ..common.corpus import embedded_corpus_passages, load_raw_corpus
 from ..common.errors import InputError
@@ -39,10 +40,19 @@ from ..common.timing import PhaseTimer, TrainingStepTimer, breakdown_lines
 from ..evaluation.collection import Collection, load_collection
 from ..evaluation.evaluator import RetrievalEvaluator, indexed, model_retriever
 from ..evaluation.report import STAT_COLUMNS
-from .arguments import FinetuningDataArguments, FinetuningModelArguments, RecipeArguments, SeedFinetuningArguments
+from .arguments import (
+    SMALL_SEED_HIDDEN_SIZE,
+    SMALL_SEED_LEARNING_RATE,
+    TRAINED_START_LEARNING_RATE,
+    FinetuningDataArguments,
+    FinetuningModelArguments,
+    RecipeArguments,
+    SeedFinetuningArguments,
+)
 from .data import TrainingSet, training_set_from_beir, training_set_from_crops, training_set_from_pairs
 from .examples import examples_dataset, own_index_scores
 from .families import RetrieverFamily, retriever_family
+from .fresh_crops import FreshCrops
 from .model_card import describe_recipe, fill_card_data, write_model_card
 from .rounds import SAVING, RoundPlan, prepare_examples, train_round, write_json_atomically
 from .teachers import check_teacher_specs, load_teacher
@@ -75,7 +85,7 @@ def load_training_set(data_args: FinetuningDataArguments, seed: int) -> Training
         passages = embedded_corpus_passages()
         name = "CPython documentation (pydoc_data)"
         description = "CPython's bundled reference documentation (`pydoc_data.topics`)"
-    return training_set_from_crops(passages, data_args.dev_fraction, seed, name, description)
+    return training_set_from_crops(passages, data_args.dev_fraction, data_args.max_train_queries, seed, name, description)
 
 
 def check_starting_point(path: str) -> None:
@@ -85,6 +95,15 @@ def check_starting_point(path: str) -> None:
             f"--model_name_or_path {path}: no such folder.{hint} Pass a SEED pretraining folder, a BERT-family "
             "checkpoint or a SentenceTransformer folder (nothing is downloaded)."
         )
+
+
+def default_learning_rate(start: str) -> float:
+    """The --learning_rate default for the start folder: see SMALL_SEED_LEARNING_RATE."""
+    config_file = Path(start) / "config.json"
+    config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+    if config.get("model_type") == SeedEncoderConfig.model_type and config.get("hidden_size", 0) < SMALL_SEED_HIDDEN_SIZE:
+        return SMALL_SEED_LEARNING_RATE
+    return TRAINED_START_LEARNING_RATE
 
 
 def run_description(model_args, data_args, recipe, training_args) -> dict:
@@ -153,6 +172,16 @@ def own_index(model, corpus: dict[str, str], evaluator: RetrievalEvaluator):
     return indexed(retriever, corpus, evaluator.timer)
 
 
+def round_dataset(training_set: TrainingSet, examples, scores, seed: str):
+    """The round's training dataset and the callbacks it needs: crop pairs without teacher scores draw new crops
+    every epoch (`FreshCrops`); teacher scores belong to the fixed pairs they were computed on."""
+    dataset = examples_dataset(training_set, examples, scores)
+    if not training_set.passages or scores is not None:
+        return dataset, []
+    fresh_crops = FreshCrops(seed)
+    return fresh_crops.apply(dataset, training_set, [query_id for query_id, _, _ in examples]), [fresh_crops]
+
+
 def round_arguments(training_args: SeedFinetuningArguments, folder: Path) -> SeedFinetuningArguments:
     """The run's arguments with the round's folder as the Trainer's output_dir (its checkpoints go there).
     A copy, not `dataclasses.replace`: re-running __post_init__ on parsed arguments is not idempotent."""
@@ -186,6 +215,8 @@ def run_finetuning(
         level=logging.INFO if training_args.should_log else logging.WARNING,
     )
     check_starting_point(model_args.model_name_or_path)
+    if training_args.learning_rate is None:
+        training_args.learning_rate = default_learning_rate(model_args.model_name_or_path)
     family = retriever_family(model_args)
     check_teacher_specs(recipe.teacher or [])
     training_set = load_training_set(data_args, training_args.seed)
@@ -248,14 +279,16 @@ def finetune_in_rounds(
                 ),
             )
         fill_card_data(model, model_args, training_set)
+        train_dataset, dataset_callbacks = round_dataset(training_set, examples, scores, f"{training_args.seed}/{plan.number}")
         trainer = family.trainer(
             model=model,
             args=round_arguments(training_args, plan.folder),
-            train_dataset=examples_dataset(training_set, examples, scores),
+            train_dataset=train_dataset,
             loss=family.loss(model, recipe, model_args),
             evaluator=evaluator,
         )
-        trainer.add_callback(TrainingStepTimer(timer))
+        for callback in (TrainingStepTimer(timer), *dataset_callbacks):
+            trainer.add_callback(callback)
         with family.training(trainer):
             train_round(plan, trainer, timer)
 

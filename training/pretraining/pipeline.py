@@ -19,7 +19,16 @@ from ..common.output_dir import (
     push_final_model,
     staging_dir,
 )
-from .arguments import WARM_START_DECODER_LR_FACTOR, DataArguments, ModelArguments, SeedPretrainingArguments
+from .arguments import (
+    BUNDLED_CORPUS_EPOCHS,
+    BUNDLED_CORPUS_LEARNING_RATE,
+    DEFAULT_EPOCHS,
+    DEFAULT_LEARNING_RATE,
+    WARM_START_DECODER_LR_FACTOR,
+    DataArguments,
+    ModelArguments,
+    SeedPretrainingArguments,
+)
 from .model_card import LOSS_PLOT, plot_loss_curves, render_model_card
 from .model_source import check_lengths, check_same_model, check_vocabulary, resolve_model_source
 from .tokenizer import load_tokenizer, tokenize_corpus, train_wordpiece_tokenizer
@@ -65,6 +74,12 @@ def _pretrain(model_args: ModelArguments, data_args: DataArguments, training_arg
         raise InputError("--streaming needs --max_steps: a stream has no length to count epochs by.")
     if not 0 <= validation_percentage < 100:
         raise InputError(f"--validation_split_percentage {validation_percentage}: must be in [0, 100).")
+
+    bundled_corpus = not (data_args.train_file or data_args.dataset_dir)
+    if training_args.num_train_epochs is None:
+        training_args.num_train_epochs = BUNDLED_CORPUS_EPOCHS if bundled_corpus else DEFAULT_EPOCHS
+    if training_args.learning_rate is None:
+        training_args.learning_rate = BUNDLED_CORPUS_LEARNING_RATE if bundled_corpus else DEFAULT_LEARNING_RATE
 
     source = resolve_model_source(model_args)
     config = source.config

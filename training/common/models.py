@@ -86,11 +86,17 @@ def _transformer_folder(path: str) -> str:
     return path
 
 
+def transformer_config(path: str) -> dict:
+    """The transformers config.json of the checkpoint (inside a sentence-transformers folder, its Transformer
+    module's), or {} where there is none."""
+    config = Path(_transformer_folder(path)) / "config.json"
+    return _read_json(config) if config.is_file() else {}
+
+
 def has_mlm_head(path: str) -> bool:
     """Whether the checkpoint declares a masked-LM head (an `architectures` entry ending in ForMaskedLM), the rule
     sentence-transformers uses to build SPLADE; SEED pretraining folders list SeedEncoderForMaskedLM."""
-    config = Path(_transformer_folder(path)) / "config.json"
-    architectures = (_read_json(config).get("architectures") or []) if config.is_file() else []
+    architectures = transformer_config(path).get("architectures") or []
     return any(name.endswith("ForMaskedLM") for name in architectures)
 
 

@@ -13,6 +13,7 @@ encodings, mining, evaluation, saving, the rest) is logged at the end and kept i
 """
 
 import copy
+import functools
 import json
 import logging
 import shutil
@@ -27,7 +28,7 @@ from modeling_seed import SeedEncoderConfig
 
 from ..common.corpus import embedded_corpus_passages, load_raw_corpus
 from ..common.errors import InputError
-from ..common.models import model_kind
+from ..common.models import model_kind, transformer_config
 from ..common.output_dir import (
     clear_output_dir,
     folder_content,
@@ -99,8 +100,7 @@ def check_starting_point(path: str) -> None:
 
 def default_learning_rate(start: str) -> float:
     """The --learning_rate default for the start folder: see SMALL_SEED_LEARNING_RATE."""
-    config_file = Path(start) / "config.json"
-    config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+    config = transformer_config(start)
     if config.get("model_type") == SeedEncoderConfig.model_type and config.get("hidden_size", 0) < SMALL_SEED_HIDDEN_SIZE:
         return SMALL_SEED_LEARNING_RATE
     return TRAINED_START_LEARNING_RATE
@@ -266,15 +266,17 @@ def finetune_in_rounds(
             model = family.load(str(plan.model_dir), model_args)
             continue
         set_seed(training_args.seed + plan.number)
+        # Mining and the sparse label scale both read the round's start model's index: built (from the cache) once.
+        model_index = functools.cache(lambda: own_index(model, training_set.corpus, evaluator))
         with timer.phase(MINING):
             examples, scores = on_main_process(
                 training_args,
                 lambda: prepare_examples(
                     plan, training_set, recipe, training_args.seed,
-                    retriever_for_model=lambda: own_index(model, training_set.corpus, evaluator),
+                    retriever_for_model=model_index,
                     teacher=teacher,
                     label_scale=lambda examples: family.teacher_label_scale(
-                        recipe, lambda: own_index_scores(own_index(model, training_set.corpus, evaluator), training_set, examples)
+                        recipe, lambda: own_index_scores(model_index(), training_set, examples)
                     ),
                 ),
             )

@@ -109,7 +109,7 @@ def main() -> None:
 
     dense_models = {"MiniLM fine-tuned": minilm_ft}
     if not args.skip_seed_rows:
-        dense_models["SEED fine-tuned"] = seed_rows(args, rows, models, train, evaluate, precision, cache)
+        dense_models["SEED fine-tuned"], seed_splade = seed_rows(args, rows, models, train, evaluate, precision, cache)
 
     hybrids = {name: HybridRetriever([bm25, dense], method="score_sum") for name, dense in dense_models.items()}
     dev_scores = {name: tuned_dev_ndcg(hybrid, dev) for name, hybrid in hybrids.items()}
@@ -117,8 +117,7 @@ def main() -> None:
     rows[f"5. hybrid: BM25 + {best_dense} (best on dev)"] = evaluate(f"eval hybrid bm25+{best_dense}", hybrids[best_dense])
 
     if not args.skip_seed_rows:
-        splade = sparse_retriever(models["seed-splade"], "SEED SPLADE")
-        three_way = HybridRetriever([bm25, hybrids[best_dense].retrievers[1], splade], method="score_sum")
+        three_way = HybridRetriever([bm25, hybrids[best_dense].retrievers[1], seed_splade], method="score_sum")
         tuned_dev_ndcg(three_way, dev)
         rows[f"7. hybrid: BM25 + {best_dense} + SPLADE"] = evaluate("eval hybrid three-way", three_way)
 
@@ -149,7 +148,8 @@ def main() -> None:
 
 
 def seed_rows(args, rows: dict, models: dict, train, evaluate, precision: list, cache: Path):
-    """Rows 4 and 6: SEED continued pre-training of all-MiniLM-L6-v2, the recipe on top, and SPLADE over its MLM head."""
+    """Rows 4 and 6: SEED continued pre-training of all-MiniLM-L6-v2, the recipe on top, and SPLADE over its MLM head.
+    Returns both retrievers; row 7's hybrid reuses the SPLADE one, whose index of the corpus row 6 already built."""
     pretrained = train("pretrain seed", pretrain, [
         "--model_name_or_path", args.minilm_dir, "--train_file", Path(args.data_dir) / "corpus.jsonl",
         "--output_dir", models["seed-pretrained"], *SEED_PRETRAINING, *precision,
@@ -168,7 +168,7 @@ def seed_rows(args, rows: dict, models: dict, train, evaluate, precision: list, 
     ])
     splade = sparse_retriever(models["seed-splade"], "SEED SPLADE")
     rows["6. SPLADE from the SEED checkpoint"] = with_training(evaluate("eval seed-splade", splade), pretrained, trained)
-    return seed_ft
+    return seed_ft, splade
 
 
 def with_training(evaluation: dict, *training: dict) -> dict:

@@ -320,7 +320,9 @@ class Ablation:
                 model_dir, name, self.work / "embedding-cache", pooling="cls", max_seq_length=self.budget.max_seq_length
             )
         else:
-            retriever = sparse_retriever(model_dir, name, max_seq_length=self.budget.max_seq_length)
+            retriever = sparse_retriever(
+                model_dir, name, self.work / "embedding-cache", max_seq_length=self.budget.max_seq_length
+            )
         return evaluate_retriever(retriever, self.test, metrics=METRICS).metrics
 
     def zero_shot(self, arm: Arm, seed: int, kind: str) -> dict:
@@ -345,7 +347,8 @@ class Ablation:
                 "--output_dir", output, "--max_seq_length", budget.max_seq_length,
                 "--per_device_train_batch_size", budget.finetuning_batch_size,
                 "--max_steps", budget.finetuning_steps, "--learning_rate", self.finetuning_learning_rate,
-                *budget.finetuning_recipe, "--eval_strategy", "no", "--report_to", "none", *self.precision,
+                *budget.finetuning_recipe, "--eval_strategy", "no", "--report_to", "none",
+                "--cache_dir", self.work / "embedding-cache", *self.precision,
             ])
             return self.evaluate(output, f"{arm.key} seed {seed} {evaluation}", kind)
 

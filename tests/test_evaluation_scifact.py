@@ -11,7 +11,7 @@ import pytest
 
 from training.common.models import load_sentence_transformer
 from training.evaluation.collection import Collection, load_collection
-from training.evaluation.embedding_cache import folder_fingerprint
+from training.evaluation.embedding_cache import weights_fingerprint
 from training.evaluation.evaluate import evaluate_retriever
 from training.evaluation.retrievers import BM25Retriever, DenseRetriever
 
@@ -49,7 +49,7 @@ def embedding_cache(tmp_path_factory):
 def first_evaluation(minilm, minilm_dir, subset, embedding_cache):
     """all-MiniLM-L6-v2 on the subset, encoding the corpus and writing its embeddings to the cache."""
     retriever = DenseRetriever(
-        minilm, "minilm", cache_dir=embedding_cache, cache_key=folder_fingerprint(str(minilm_dir)), show_progress_bar=False
+        minilm, "minilm", cache_dir=embedding_cache, cache_key=weights_fingerprint(minilm), show_progress_bar=False
     )
     return evaluate_retriever(retriever, subset)
 
@@ -81,7 +81,7 @@ def test_second_evaluation_reads_the_cached_corpus_embeddings_without_encoding(
 
     monkeypatch.setattr(minilm, "encode_document", counting_encode_document)
     retriever = DenseRetriever(
-        minilm, "minilm", cache_dir=embedding_cache, cache_key=folder_fingerprint(str(minilm_dir)), show_progress_bar=False
+        minilm, "minilm", cache_dir=embedding_cache, cache_key=weights_fingerprint(minilm), show_progress_bar=False
     )
 
     second = evaluate_retriever(retriever, subset)

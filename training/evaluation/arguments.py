@@ -56,8 +56,9 @@ class EvaluationArguments:
     cache_dir: str = field(
         default_factory=default_cache_dir,
         metadata={
-            "help": "Where dense corpus embeddings are cached, keyed by the model folder's contents, its modules and "
-            "the corpus (default: $XDG_CACHE_HOME or ~/.cache, then seed-encoder/embeddings)."
+            "help": "Where corpus embeddings (dense and sparse) are cached, keyed by the model's weights, tokenizer and "
+            "modules and the corpus; training/finetune.py keeps its encodings there too, so the same weights never "
+            "encode the same corpus twice (default: $XDG_CACHE_HOME or ~/.cache, then seed-encoder/embeddings)."
         },
     )
     bm25_k1: float = field(default=1.5, metadata={"help": "BM25 k1 (term-frequency saturation)."})

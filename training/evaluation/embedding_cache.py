@@ -21,32 +21,30 @@ def default_cache_dir() -> str:
     return os.path.join(root, "seed-encoder", "embeddings")
 
 
-def folder_fingerprint(path: str) -> str:
-    """A hash of the files of a model folder (names and contents): any change to weights, config, tokenizer or
-    modules gives another fingerprint. Training checkpoints (`checkpoint-*`) and hidden files are not the model."""
-    digest = hashlib.sha256()
-    folder = Path(path)
-    files = [
-        p for p in folder.rglob("*")
-        if p.is_file() and not any(part.startswith((".", "checkpoint-")) for part in p.relative_to(folder).parts)
-    ]
-    for file in sorted(files):
-        digest.update(str(file.relative_to(folder)).encode() + b"\0")
-        with file.open("rb") as handle:
-            digest.update(hashlib.file_digest(handle, "sha256").digest())
-    return digest.hexdigest()
-
-
 def weights_fingerprint(model: torch.nn.Module) -> str:
-    """A hash of a model's weights in memory (every parameter and buffer, by name): the identity of a model being
-    trained, which has no folder yet. Any optimizer step gives another fingerprint; the same weights saved and
-    loaded again give the same one."""
+    """A hash of a model's weights in memory (every parameter and buffer, by name): the identity the cache keys on,
+    whether the model was loaded from a folder or is being trained. Any optimizer step gives another fingerprint;
+    the same weights saved and loaded again, or loaded from another folder, give the same one, so a fine-tuning run
+    and `training/evaluate.py` share the encodings of the same weights (the starting model's, the final one's)."""
     digest = hashlib.sha256()
     for name, tensor in model.state_dict().items():
         flat = tensor.detach().cpu().contiguous().reshape(-1)
         digest.update(f"{name}\0{flat.dtype}\0{tuple(tensor.shape)}\0".encode())
         digest.update(flat.view(torch.uint8).numpy())
     return digest.hexdigest()
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    """A hash of what a tokenizer does to text (vocabulary, normalisation, pre-tokenisation, special tokens): the same
+    weights behind another tokenizer encode other vectors."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        description = json.loads(backend.to_str())
+        for per_call_state in ("truncation", "padding"):  # set by transformers at each call, not the tokenizer's own
+            description.pop(per_call_state, None)
+    else:
+        description = {"class": type(tokenizer).__name__, "vocabulary": sorted(tokenizer.get_vocab().items())}
+    return hashlib.sha256(json.dumps(description, sort_keys=True).encode()).hexdigest()
 
 
 def cache_file(cache_dir: str, *parts: object, suffix: str = ".npy") -> Path:
@@ -59,13 +57,15 @@ def model_cache_file(
     cache_dir: str | None, cache_key: str | None, model, corpus_fingerprint: str, suffix: str = ".npy"
 ) -> Path | None:
     """The file for a model's embeddings of a corpus (None without a cache folder or key): keyed by `cache_key`
-    (the weights' identity), the model's modules (pooling, normalisation, ...), max_seq_length (kept on the
-    tokenizer, outside the modules' configuration), its prompts and the corpus."""
+    (the weights' identity, `weights_fingerprint(model)`), the tokenizer, the model's modules (pooling,
+    normalisation, ...), max_seq_length (kept on the tokenizer, outside the modules' configuration), its prompts
+    and the corpus."""
     if cache_dir is None or cache_key is None:
         return None
     modules = [(type(module).__name__, module.get_config_dict()) for module in model]
     return cache_file(
-        cache_dir, cache_key, modules, model.max_seq_length, model.prompts, corpus_fingerprint, suffix=suffix
+        cache_dir, cache_key, tokenizer_fingerprint(model.tokenizer), modules, model.max_seq_length, model.prompts,
+        corpus_fingerprint, suffix=suffix,
     )
 
 

@@ -8,7 +8,7 @@ from ..common.errors import InputError
 from ..common.models import load_sentence_transformer, load_sparse_encoder, model_kind, split_model_spec
 from .arguments import EvaluationArguments
 from .collection import load_collection
-from .embedding_cache import folder_fingerprint
+from .embedding_cache import weights_fingerprint
 from .evaluate import evaluate_retriever
 from .report import markdown_table, write_json, write_trec_runs
 from .retrievers import BM25Retriever, DenseRetriever, HybridRetriever, Retriever, SparseRetriever
@@ -37,10 +37,12 @@ def _new_retriever(spec: str, options: EvaluationArguments, built: dict[str, Ret
         raise InputError(f"retriever {spec!r}: {path} is not a folder. Each retriever is {SPEC_FORMS}.")
     if form == "sparse" or (form == "" and model_kind(path) == "sparse-encoder"):
         model = load_sparse_encoder(path, options.max_seq_length)
-        return SparseRetriever(model, name=spec, batch_size=options.batch_size)
+        return SparseRetriever(
+            model, name=spec, batch_size=options.batch_size, cache_dir=options.cache_dir, cache_key=weights_fingerprint(model)
+        )
     model = load_sentence_transformer(path, options.pooling, options.max_seq_length)
     return DenseRetriever(
-        model, name=spec, batch_size=options.batch_size, cache_dir=options.cache_dir, cache_key=folder_fingerprint(path)
+        model, name=spec, batch_size=options.batch_size, cache_dir=options.cache_dir, cache_key=weights_fingerprint(model)
     )
 
 

@@ -8,6 +8,7 @@ from sentence_transformers.base.sampler import BatchSamplers
 
 from ..common.errors import InputError
 from ..common.model_cards import check_hub_model_id
+from ..evaluation.embedding_cache import default_cache_dir
 
 NEGATIVE_SOURCES = ("none", "bm25", "self")
 # The learning rate for trained checkpoints (all-MiniLM-L6-v2, splade-tiny). A small SEED-Encoder pre-trained for
@@ -124,6 +125,15 @@ class FinetuningDataArguments:
     )
     skip_unknown_ids: bool = field(
         default=False, metadata={"help": "Drop qrels lines whose query or document id does not exist, instead of stopping."}
+    )
+    cache_dir: str = field(
+        default_factory=default_cache_dir,
+        metadata={
+            "help": "Where the run keeps each model's encoding of the corpus (the start's, each round's), keyed by its "
+            "weights, tokenizer and modules and the corpus: the one cache training/evaluate.py uses, so a start it "
+            "has already evaluated, or another run from the same start, is not encoded again (default: "
+            "$XDG_CACHE_HOME or ~/.cache, then seed-encoder/embeddings)."
+        },
     )
 
     def __post_init__(self):

@@ -6,9 +6,10 @@ teacher, its scores. Every input is checked before anything is written; an inter
 resumes from its last whole round or checkpoint; the final model is the round with the best dev
 nDCG@10, and appears in the output folder only once it is complete.
 
-Each model encodes the corpus once: the encoding is kept under `finetuning/corpus_embeddings/`, keyed by the
-model's weights and the corpus, and the dev evaluation, the next round's mining and the final evaluation of the
-same weights (a resumed run's included) read it from there. Where the run's time went (training steps, corpus
+Each model encodes the corpus once: the encoding is kept in the embedding cache that `training/evaluate.py`
+uses (`--cache_dir`), keyed by the model's weights and the corpus, and the dev evaluation, the next round's
+mining and the final evaluation of the same weights (a resumed run's, another run's from the same start, and
+evaluate.py's of the start or of the result included) read it from there. Where the run's time went (training steps, corpus
 encodings, mining, evaluation, saving, the rest) is logged at the end and kept in `finetuning/timings.json`.
 """
 
@@ -65,7 +66,6 @@ RUN_FILE = "run.json"
 START_METRICS_FILE = "start_dev_metrics.json"
 # Each model's encoded corpus, by weights: the dev evaluation, the next round's mining and the final evaluation
 # (and a resumed run) of the same weights share one encoding.
-CORPUS_EMBEDDINGS_DIR = "corpus_embeddings"
 TIMINGS_FILE = "timings.json"
 MINING = "mining"
 
@@ -110,7 +110,7 @@ def run_description(model_args, data_args, recipe, training_args) -> dict:
     """What defines the run: an output folder holding another one is refused rather than mixed."""
     return {
         "model": asdict(model_args),
-        "data": asdict(data_args),
+        "data": {name: value for name, value in asdict(data_args).items() if name != "cache_dir"},  # where, not what
         "recipe": asdict(recipe),
         "training": {
             name: getattr(training_args, name)
@@ -253,7 +253,7 @@ def finetune_in_rounds(
     output_dir = Path(training_args.output_dir)
     state_dir = output_dir / STATE_DIR
     batch_size = training_args.per_device_eval_batch_size
-    cache_dir = str(state_dir / CORPUS_EMBEDDINGS_DIR)
+    cache_dir = data_args.cache_dir
     evaluator = RetrievalEvaluator(
         training_set.dev, name="dev", batch_size=batch_size, show_progress_bar=True, cache_dir=cache_dir, timer=timer
     )

@@ -17,10 +17,9 @@ class DenseRetriever(Retriever):
     any; plain `encode` otherwise), and ranks by the model's similarity: cosine (inner product of L2-normalised
     vectors) or dot product.
 
-    With `cache_dir` and `cache_key` (an identity of the model's weights: `folder_fingerprint(path)` of a saved
-    model, `weights_fingerprint(model)` of one being trained), corpus embeddings are read from and written to
-    `cache_dir`, keyed by that identity, the model's modules (pooling, max_seq_length, normalisation), its prompts
-    and the corpus' content.
+    With `cache_dir` and `cache_key` (the identity of the model's weights, `weights_fingerprint(model)`), corpus
+    embeddings are read from and written to `cache_dir`, keyed by that identity, the tokenizer, the model's modules
+    (pooling, max_seq_length, normalisation), its prompts and the corpus' content.
     """
 
     def __init__(

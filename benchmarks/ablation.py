@@ -347,8 +347,7 @@ class Ablation:
                 "--output_dir", output, "--max_seq_length", budget.max_seq_length,
                 "--per_device_train_batch_size", budget.finetuning_batch_size,
                 "--max_steps", budget.finetuning_steps, "--learning_rate", self.finetuning_learning_rate,
-                *budget.finetuning_recipe, "--eval_strategy", "no", "--report_to", "none",
-                "--cache_dir", self.work / "embedding-cache", *self.precision,
+                *budget.finetuning_recipe, "--eval_strategy", "no", "--report_to", "none", *self.precision,
             ])
             return self.evaluate(output, f"{arm.key} seed {seed} {evaluation}", kind)
 

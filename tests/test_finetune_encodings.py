@@ -37,8 +37,8 @@ def evaluate_folder(folder, data_dir, cache_dir, report) -> int:
 def spied_run(scifact_slice, tiny_seed_dir, tmp_path_factory):
     """The start evaluated by `training/evaluate.py`, then two rounds (BM25 negatives, then re-mined from the
     round-1 model) with the test split evaluated at the end, then `training/evaluate.py` on the result, all with one
-    cache folder; returns the output folder, the cache folder and, for each of the three steps, (weights checksum,
-    texts) of every `encode_document` call."""
+    cache folder; returns the output folder, the work folder (the cache, evaluate.py's reports) and, for each of
+    the three steps, (weights checksum, texts) of every `encode_document` call."""
     work = tmp_path_factory.mktemp("encodings")
     out, cache = work / "st", work / "cache"
     calls = {"start evaluated": [], "fine-tuning": [], "result evaluated": []}

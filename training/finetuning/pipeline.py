@@ -8,9 +8,9 @@ nDCG@10, and appears in the output folder only once it is complete.
 
 Each model encodes the corpus once: the encoding is kept in the embedding cache that `training/evaluate.py`
 uses (`--cache_dir`), keyed by the model's weights and the corpus, and the dev evaluation, the next round's
-mining and the final evaluation of the same weights (a resumed run's, another run's from the same start, and
-evaluate.py's of the start or of the result included) read it from there. Where the run's time went (training steps, corpus
-encodings, mining, evaluation, saving, the rest) is logged at the end and kept in `finetuning/timings.json`.
+mining and the final evaluation of the same weights read it from there, as do a resumed run, another run from
+the same start, and evaluate.py scoring the start or the result. Where the run's time went (training steps,
+corpus encodings, mining, evaluation, saving, the rest) is logged at the end and kept in `finetuning/timings.json`.
 """
 
 import copy
@@ -64,8 +64,6 @@ logger = logging.getLogger(__name__)
 STATE_DIR = "finetuning"
 RUN_FILE = "run.json"
 START_METRICS_FILE = "start_dev_metrics.json"
-# Each model's encoded corpus, by weights: the dev evaluation, the next round's mining and the final evaluation
-# (and a resumed run) of the same weights share one encoding.
 TIMINGS_FILE = "timings.json"
 MINING = "mining"
 

@@ -16,8 +16,10 @@ from pathlib import Path
 import torch
 
 from training.common.models import load_sentence_transformer, load_sparse_encoder
-from training.evaluation.embedding_cache import weights_fingerprint
+from training.evaluation.evaluator import model_retriever
 from training.evaluation.retrievers import DenseRetriever, SparseRetriever
+
+ENCODING_BATCH_SIZE = 32  # training/evaluate.py's --batch_size default
 
 
 class ResultStore:
@@ -66,14 +68,13 @@ def dense_retriever(
     """A dense model folder's retriever, its corpus embeddings cached across steps under its weights' identity (as
     `training/evaluate.py` and `training/finetune.py` key them, so a run given the same --cache_dir shares them)."""
     model = load_sentence_transformer(str(path), pooling=pooling, max_seq_length=max_seq_length)
-    return DenseRetriever(model, name=name, cache_dir=str(cache_dir), cache_key=weights_fingerprint(model))
+    return model_retriever(model, name, ENCODING_BATCH_SIZE, str(cache_dir))
 
 
 def sparse_retriever(path: Path, name: str, cache_dir: Path | None = None, max_seq_length: int | None = None) -> SparseRetriever:
     """A sparse model folder's retriever; with `cache_dir`, its encoded corpus cached as `dense_retriever`'s is."""
     model = load_sparse_encoder(str(path), max_seq_length=max_seq_length)
-    cache_key = None if cache_dir is None else weights_fingerprint(model)
-    return SparseRetriever(model, name=name, cache_dir=None if cache_dir is None else str(cache_dir), cache_key=cache_key)
+    return model_retriever(model, name, ENCODING_BATCH_SIZE, None if cache_dir is None else str(cache_dir))
 
 
 def interleaved_seconds(contenders: dict[str, Callable[[], object]], rounds: int) -> dict[str, list[float]]:

@@ -8,10 +8,10 @@ from ..common.errors import InputError
 from ..common.models import load_sentence_transformer, load_sparse_encoder, model_kind, split_model_spec
 from .arguments import EvaluationArguments
 from .collection import load_collection
-from .embedding_cache import weights_fingerprint
 from .evaluate import evaluate_retriever
+from .evaluator import model_retriever
 from .report import markdown_table, write_json, write_trec_runs
-from .retrievers import BM25Retriever, DenseRetriever, HybridRetriever, Retriever, SparseRetriever
+from .retrievers import BM25Retriever, HybridRetriever, Retriever
 
 logger = logging.getLogger(__name__)
 
@@ -37,13 +37,9 @@ def _new_retriever(spec: str, options: EvaluationArguments, built: dict[str, Ret
         raise InputError(f"retriever {spec!r}: {path} is not a folder. Each retriever is {SPEC_FORMS}.")
     if form == "sparse" or (form == "" and model_kind(path) == "sparse-encoder"):
         model = load_sparse_encoder(path, options.max_seq_length)
-        return SparseRetriever(
-            model, name=spec, batch_size=options.batch_size, cache_dir=options.cache_dir, cache_key=weights_fingerprint(model)
-        )
-    model = load_sentence_transformer(path, options.pooling, options.max_seq_length)
-    return DenseRetriever(
-        model, name=spec, batch_size=options.batch_size, cache_dir=options.cache_dir, cache_key=weights_fingerprint(model)
-    )
+    else:
+        model = load_sentence_transformer(path, options.pooling, options.max_seq_length)
+    return model_retriever(model, spec, options.batch_size, options.cache_dir)
 
 
 def build_retriever(spec: str, options: EvaluationArguments, built: dict[str, Retriever] | None = None) -> Retriever:

@@ -16,10 +16,11 @@ from pathlib import Path
 import torch
 
 from training.common.models import load_sentence_transformer, load_sparse_encoder
+from training.evaluation.arguments import EvaluationArguments
 from training.evaluation.evaluator import model_retriever
 from training.evaluation.retrievers import DenseRetriever, SparseRetriever
 
-ENCODING_BATCH_SIZE = 32  # training/evaluate.py's --batch_size default
+ENCODING_BATCH_SIZE = EvaluationArguments.batch_size  # training/evaluate.py's --batch_size default
 
 
 class ResultStore:

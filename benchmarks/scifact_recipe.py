@@ -127,11 +127,12 @@ def main() -> None:
 
     splade_tiny = sparse_retriever(Path(args.splade_tiny_dir), "splade-tiny", cache)
     rows["8. splade-tiny zero-shot"] = evaluate("eval splade-tiny", splade_tiny)
+    teachers = ["--teacher", "bm25", models["minilm-finetuned"], f"sparse:{args.splade_tiny_dir}"]
     # Two mined negatives per query for the distilled row: dev 0.759 against one's 0.754 (README's sparse section).
-    teachers = ["--teacher", "bm25", models["minilm-finetuned"], f"sparse:{args.splade_tiny_dir}", "--negatives_per_query", "2"]
+    distillation = [*teachers, "--negatives_per_query", "2"]
     fine_tuned = {}
     for row, name, extra in (("9. splade-tiny fine-tuned (recipe)", "splade-tiny-finetuned", []),
-                             ("10. splade-tiny fine-tuned (recipe + ensemble distillation)", "splade-tiny-ensemble-distilled", teachers)):
+                             ("10. splade-tiny fine-tuned (recipe + ensemble distillation)", "splade-tiny-ensemble-distilled", distillation)):
         trained = train(f"finetune {name}", finetune, [
             "--model_name_or_path", args.splade_tiny_dir, "--data_dir", args.data_dir, "--output_dir", models[name],
             *SPLADE_TINY_RECIPE, *extra, "--cache_dir", cache, *precision,

@@ -21,6 +21,7 @@ from .modeling_seed import (
     decoder_attention_mask,
     span_limited_attention,
 )
+from .plain_bert import as_bert, as_bert_for_masked_lm, as_bert_model
 
 AutoConfig.register(SeedEncoderConfig.model_type, SeedEncoderConfig, exist_ok=True)
 SeedEncoderConfig.register_for_auto_class()
@@ -45,4 +46,7 @@ __all__ = [
     "decoder_attention_mask",
     "span_limited_attention",
     "linear_cross_entropy",
+    "as_bert",
+    "as_bert_model",
+    "as_bert_for_masked_lm",
 ]

@@ -179,3 +179,12 @@ def tiny_seed_dir(scifact_slice, tmp_path_factory) -> Path:
     ])
     assert status == 0
     return out
+
+
+@pytest.fixture(scope="session")
+def plain_python(tmp_path_factory) -> Path:
+    """The python of a fresh virtual environment holding torch, transformers and sentence-transformers (and their
+    dependencies) but not seed-encoder: where a published folder must load without this package or remote code."""
+    from plain_environment import plain_environment
+
+    return plain_environment(tmp_path_factory.mktemp("plain-environment") / "venv")

@@ -2,8 +2,6 @@
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import bm25s
@@ -11,7 +9,7 @@ import numpy as np
 import torch
 
 from evaluation_helpers import read_judgments, write_qrels
-from pretrain_helpers import subprocess_env
+from plain_environment import run_in
 from training.evaluation.collection import load_collection
 from training.finetune import main
 
@@ -92,23 +90,37 @@ def assert_drawn_from_ranks(model, collection, examples, low: int, high: int) ->
             assert ranked[high - 1] - 1e-5 <= score <= ranked[low] + 1e-5, (query_id, doc_id)
 
 
-def loaded_without_modeling_seed(model_class: str, folder: Path, cwd: Path, report: str) -> dict:
-    """Load `folder` as sentence-transformers' `model_class` with trust_remote_code=True in a fresh interpreter
-    where `modeling_seed` cannot be imported, encode two texts into `output`, and return the dict the Python
-    expression `report` makes of `model` and `output`."""
+PROBE_TEXTS = ["a query about cells", "another text, longer than the first one"]
+
+
+def plain_bert_files(folder: Path) -> dict:
+    """What the tools that serve embedding models read of a published folder: its transformer's config.json fields
+    (model_type, architectures, whether it has an auto_map), its code files, its fast tokenizer and the maximum input
+    length text-embeddings-inference reads from sentence_bert_config.json."""
+    config = json.loads((folder / "config.json").read_text())
+    return {
+        "model_type": config["model_type"],
+        "architectures": config["architectures"],
+        "auto_map": "auto_map" in config,
+        "code_files": sorted(str(path.relative_to(folder)) for path in folder.rglob("*.py")),
+        "tokenizer.json": (folder / "tokenizer.json").is_file(),
+        "max_seq_length": json.loads((folder / "sentence_bert_config.json").read_text()).get("max_seq_length"),
+    }
+
+
+def encoded_in_plain_environment(plain_python: Path, model_class: str, folder: Path, cwd: Path) -> dict:
+    """Load `folder` as sentence-transformers' `model_class`, without trust_remote_code, in the environment that has no
+    seed-encoder (`plain_python`), and encode PROBE_TEXTS: {"class": the transformer's class, "vectors": dense rows}."""
     program = (
-        "import json, sys\n"
-        "sys.modules['modeling_seed'] = None  # the library is not importable here\n"
+        "import importlib.util, json\n"
+        "assert importlib.util.find_spec('modeling_seed') is None, 'seed-encoder is importable here'\n"
         f"from sentence_transformers import {model_class}\n"
-        f"model = {model_class}({str(folder)!r}, trust_remote_code=True)\n"
-        "output = model.encode(['a query about cells', 'another text'])\n"
-        f"print(json.dumps({report}))\n"
+        f"model = {model_class}({str(folder)!r})\n"
+        f"output = model.encode({PROBE_TEXTS!r}, convert_to_tensor=True)\n"
+        "output = output.to_dense() if output.is_sparse else output\n"
+        "print(json.dumps({'class': type(model[0].auto_model).__name__, 'vectors': output.tolist()}))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", program], cwd=cwd, env=subprocess_env(), capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return run_in(plain_python, program, cwd)
 
 
 def with_dev_split(collection_dir: Path, folder: Path, dev_queries: int) -> Path:

@@ -8,19 +8,23 @@ import json
 import re
 
 import pytest
+import torch
 from huggingface_hub import ModelCard
 from sentence_transformers import SentenceTransformer
 
 from finetune_helpers import (
+    PROBE_TEXTS,
     TINY_FINETUNE,
     assert_drawn_from_ranks,
+    encoded_in_plain_environment,
     finetune,
     judged_positives,
-    loaded_without_modeling_seed,
+    plain_bert_files,
     round_dir,
     round_examples,
 )
 from pretrain_helpers import max_abs_difference, weights
+from training.common.models import load_sentence_transformer
 from training.evaluation.collection import load_collection
 from training.evaluation.retrievers import dense
 from training.finetuning.data import training_set_from_beir
@@ -65,13 +69,26 @@ def test_second_round_re_mines_from_the_model_trained_in_the_first(self_mined, s
     assert_drawn_from_ranks(round_one_model, load_collection(str(scifact_slice), "train"), second, low=2, high=20)
 
 
-def test_saved_model_loads_and_encodes_where_modeling_seed_is_not_installed(self_mined, tmp_path):
-    loaded = loaded_without_modeling_seed(
-        "SentenceTransformer", self_mined, tmp_path,
-        report="{'shape': list(output.shape), 'pooling': model[1].pooling_mode, 'class': type(model[0].auto_model).__name__}",
+def test_model_fine_tuned_from_a_seed_checkpoint_is_published_as_plain_bert(self_mined):
+    """What text-embeddings-inference (TEI) and the other serving tools read: model_type bert, no code, a fast
+    tokenizer, the maximum input length, and the pooling as TEI's booleans ([CLS], not mean)."""
+    pooling = json.loads((self_mined / "1_Pooling" / "config.json").read_text())
+
+    assert plain_bert_files(self_mined) == {
+        "model_type": "bert", "architectures": ["BertModel"], "auto_map": False, "code_files": [],
+        "tokenizer.json": True, "max_seq_length": 64,
+    }
+    assert (pooling["pooling_mode"], pooling["pooling_mode_cls_token"], pooling["pooling_mode_mean_tokens"]) == (
+        "cls", True, False
     )
 
-    assert loaded == {"shape": [2, 64], "pooling": "cls", "class": "SeedEncoderModel"}
+
+def test_published_model_encodes_the_same_vectors_where_seed_encoder_is_not_installed(self_mined, plain_python, tmp_path):
+    elsewhere = encoded_in_plain_environment(plain_python, "SentenceTransformer", self_mined, tmp_path)
+    here = load_sentence_transformer(str(self_mined)).encode(PROBE_TEXTS, convert_to_tensor=True)
+
+    assert elsewhere["class"] == "BertModel"
+    assert torch.allclose(torch.tensor(elsewhere["vectors"]), here, atol=1e-6, rtol=0)
 
 
 def test_final_model_is_the_best_round_on_dev_and_its_card_tells_the_recipe(self_mined):

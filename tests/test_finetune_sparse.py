@@ -4,17 +4,21 @@ FLOPS regularisation and negatives re-mined from its own sparse index."""
 import json
 
 import pytest
+import torch
 from sentence_transformers import SparseEncoder
 
 from finetune_helpers import (
+    PROBE_TEXTS,
     TINY_FINETUNE,
     assert_drawn_from_ranks,
+    encoded_in_plain_environment,
     finetune,
     judged_positives,
-    loaded_without_modeling_seed,
+    plain_bert_files,
     round_dir,
     round_examples,
 )
+from training.common.models import load_sparse_encoder
 from training.evaluation.collection import load_collection
 from training.evaluation.retrievers import sparse
 
@@ -58,13 +62,23 @@ def test_self_mined_sparse_negatives_come_from_its_own_index_and_are_never_judge
         assert not set(negatives) & positives[query_id], query_id
 
 
-def test_saved_sparse_model_loads_where_modeling_seed_is_not_installed(sparse_run, tmp_path):
-    loaded = loaded_without_modeling_seed(
-        "SparseEncoder", sparse_run, tmp_path,
-        report="{'is_sparse': output.is_sparse, 'rows': output.shape[0], 'active': int((output.to_dense() != 0).sum())}",
-    )
+def test_sparse_model_fine_tuned_from_a_seed_checkpoint_is_published_as_plain_bert_for_masked_lm(sparse_run):
+    """text-embeddings-inference serves SPLADE from a bert folder with a fill-mask head."""
+    assert plain_bert_files(sparse_run) == {
+        "model_type": "bert", "architectures": ["BertForMaskedLM"], "auto_map": False, "code_files": [],
+        "tokenizer.json": True, "max_seq_length": 64,
+    }
 
-    assert loaded["is_sparse"] and loaded["rows"] == 2 and loaded["active"] > 0
+
+def test_published_sparse_model_encodes_the_same_vectors_where_seed_encoder_is_not_installed(
+    sparse_run, plain_python, tmp_path
+):
+    elsewhere = encoded_in_plain_environment(plain_python, "SparseEncoder", sparse_run, tmp_path)
+    here = load_sparse_encoder(str(sparse_run)).encode(PROBE_TEXTS, convert_to_tensor=True).to_dense()
+
+    assert elsewhere["class"] == "BertForMaskedLM"
+    assert (here != 0).sum() > 0
+    assert torch.allclose(torch.tensor(elsewhere["vectors"]), here, atol=1e-6, rtol=0)
 
 
 def test_sparse_card_reports_active_dimensions_and_flops(sparse_run):

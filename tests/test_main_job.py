@@ -19,6 +19,7 @@ from sentence_transformers.sentence_transformer.modules import Pooling, Transfor
 from transformers import AutoModel, AutoModelForMaskedLM, AutoModelForPreTraining, AutoTokenizer
 
 import modeling_seed  # noqa: F401  (registers SEED with the Auto classes)
+from finetune_helpers import PROBE_TEXTS, encoded_in_plain_environment, plain_bert_files
 from training.common.corpus import embedded_corpus_passages
 from training.evaluation.evaluator import RetrievalEvaluator
 from training.finetuning.arguments import FinetuningModelArguments
@@ -138,3 +139,18 @@ def test_the_default_fine_tuning_lifts_the_main_jobs_model_on_its_own_dev_split(
     judged = sorted({doc_id for documents in dev.qrels.values() for doc_id in documents})
     assert mean_pairwise_cosine(fine_tuned, [dev.corpus[doc_id] for doc_id in judged]) < 0.9  # not collapsed
     assert "pydoc_data" in (fine_tuned_dir / "README.md").read_text()
+
+
+def test_the_chain_publishes_plain_bert_that_loads_where_seed_encoder_is_not_installed(chain, plain_python, tmp_path):
+    """The folder a new user gets: model_type bert, no auto_map, no code, the same vectors without seed-encoder."""
+    finished, _, fine_tuned_dir = chain
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    elsewhere = encoded_in_plain_environment(plain_python, "SentenceTransformer", fine_tuned_dir, tmp_path)
+    model = SentenceTransformer(str(fine_tuned_dir))
+
+    assert plain_bert_files(fine_tuned_dir) == {
+        "model_type": "bert", "architectures": ["BertModel"], "auto_map": False, "code_files": [],
+        "tokenizer.json": True, "max_seq_length": model.max_seq_length,
+    }
+    here = model.encode(PROBE_TEXTS, convert_to_tensor=True)
+    assert torch.allclose(torch.tensor(elsewhere["vectors"]), here, atol=1e-6, rtol=0)

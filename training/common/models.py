@@ -3,9 +3,13 @@
 A folder is one of three kinds, told apart by its files: a sentence-transformers model (`modules.json`; its
 `config_sentence_transformers.json` says SentenceTransformer or SparseEncoder) or a bare transformers checkpoint
 (`config.json`: a SEED pretraining folder or any BERT-family encoder), which gets the modules built here.
+
+A SEED encoder is loaded as plain BERT (`modeling_seed.as_bert`: the same weights and outputs), so that what is
+fine-tuned from it, and saved, is a `BertModel` or `BertForMaskedLM` that loads without this package or remote code.
 """
 
 import json
+import logging
 from pathlib import Path
 
 from safetensors import SafetensorError
@@ -16,8 +20,11 @@ from sentence_transformers.sparse_encoder.modules import Transformer as SparseTr
 from transformers import CONFIG_MAPPING
 
 import modeling_seed  # noqa: F401  (registers SEED with the Auto classes, so SEED folders load without remote code)
+from modeling_seed import as_bert
 
 from .errors import InputError
+
+logger = logging.getLogger(__name__)
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 # A bare checkpoint's pooling when none is asked for: the SEED paper compares [CLS] vectors.
@@ -111,6 +118,17 @@ def _loading(path: str, build):
         raise InputError(f"{path}: the model in this folder cannot be loaded ({message}).") from None
 
 
+def _as_plain_bert(model, path: str):
+    """`model` with a SEED encoder in its Transformer module swapped for the plain BERT that computes the same."""
+    transformer = model[0]
+    bert = as_bert(transformer.auto_model)
+    if bert is not transformer.auto_model:
+        logger.info("%s: SEED encoder loaded as plain %s (the same weights; the weak decoder only pre-trains)",
+                    path, type(bert).__name__)
+        transformer.model = bert
+    return model
+
+
 def load_sentence_transformer(path: str, pooling: str | None = None, max_seq_length: int | None = None) -> SentenceTransformer:
     """A dense model: a SentenceTransformer folder as saved (its pooling unless `pooling` is given), or a bare
     transformers checkpoint (SEED or BERT-family) as Transformer + Pooling(`pooling`, default [CLS])."""
@@ -140,6 +158,7 @@ def load_sentence_transformer(path: str, pooling: str | None = None, max_seq_len
             )
 
         model = _loading(path, build)
+    model = _as_plain_bert(model, path)
     if max_seq_length is not None:
         model.max_seq_length = max_seq_length
     return model
@@ -180,6 +199,7 @@ def load_sparse_encoder(path: str, max_seq_length: int | None = None) -> SparseE
             "asked for sparse retrieval. SPLADE needs the MLM head: pass a SparseEncoder folder or a checkpoint saved "
             "with its MLM head (e.g. a SEED pretraining folder), or evaluate this one as a dense model (without 'sparse:')."
         )
+    model = _as_plain_bert(model, path)
     if max_seq_length is not None:
         model.max_seq_length = max_seq_length
     return model

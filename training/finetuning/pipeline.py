@@ -4,7 +4,9 @@ Training runs in rounds. Before each, the round's examples are built: training p
 negatives (given, mined by BM25, or ANCE-style from the current model's own index) and, with a
 teacher, its scores. Every input is checked before anything is written; an interrupted run
 resumes from its last whole round or checkpoint; the final model is the round with the best dev
-nDCG@10, and appears in the output folder only once it is complete.
+nDCG@10, and appears in the output folder only once it is complete. A SEED start is loaded, trained and
+saved as plain BERT (`common/models.py`), and the published folder carries the fields serving tools read
+(`common/serving.py`): it loads without this package or remote code.
 
 Each model encodes the corpus once: the encoding is kept in the embedding cache that `training/evaluate.py`
 uses (`--cache_dir`), keyed by the model's weights and the corpus, and the dev evaluation, the next round's
@@ -38,6 +40,7 @@ from ..common.output_dir import (
     push_final_model,
     staging_dir,
 )
+from ..common.serving import add_serving_fields
 from ..common.timing import PhaseTimer, TrainingStepTimer, breakdown_lines
 from ..evaluation.collection import Collection, load_collection
 from ..evaluation.evaluator import RetrievalEvaluator, indexed, model_retriever
@@ -310,6 +313,7 @@ def finetune_in_rounds(
             staged = staging_dir(str(output_dir))
             shutil.rmtree(staged, ignore_errors=True)
             shutil.copytree(best.model_dir, staged)
+            add_serving_fields(staged, final_model.max_seq_length)
             write_model_card(
                 staged,
                 plans=plans,

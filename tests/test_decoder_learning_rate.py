@@ -43,6 +43,7 @@ def decoder_losses(output) -> list[float]:
     return [entry["decoder_loss"] for entry in history if "decoder_loss" in entry]
 
 
+@pytest.mark.slow
 def test_a_warm_start_trains_the_decoder_at_ten_times_the_encoders_rate_by_default(warm_runs):
     arguments = torch.load(warm_runs["default"] / "training_args.bin", weights_only=False)
 
@@ -116,6 +117,7 @@ print(json.dumps(report))
 """
 
 
+@pytest.mark.slow
 def test_under_fsdp_original_parameters_keep_the_decoders_rate_and_flattened_ones_are_refused(splade_tiny_dir, tmp_path):
     result = subprocess.run(
         [sys.executable, "-c", FSDP_PROGRAM, str(splade_tiny_dir), str(tmp_path)], cwd=REPO_ROOT, capture_output=True,

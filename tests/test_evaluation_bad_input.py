@@ -201,6 +201,7 @@ def test_output_json_in_a_missing_folder(collection, tmp_path, capsys):
     assert message == f"error: --output_json {target}: its folder does not exist; give a file path in an existing folder."
 
 
+@pytest.mark.slow
 def test_script_prints_one_paragraph_without_traceback_and_exits_2(collection, tmp_path):
     (collection / "qrels" / "test.tsv").unlink()
 

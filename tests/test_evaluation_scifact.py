@@ -60,6 +60,7 @@ def test_bm25_reproduces_the_bm25s_figure_for_scifact(scifact_test):
     assert result.metrics["ndcg@10"] == pytest.approx(0.662, abs=0.01)
 
 
+@pytest.mark.slow
 def test_minilm_as_it_ships_scores_the_pinned_subset_figures(minilm, first_evaluation, subset):
     assert len(subset.corpus) == 383
     assert minilm.max_seq_length == 256 and minilm.similarity_fn_name == "cosine"

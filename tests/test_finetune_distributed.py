@@ -2,6 +2,7 @@
 mining and evaluation on the main process, shared with the other; in-batch negatives gathered across both."""
 
 import json
+import pytest
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ from pretrain_helpers import REPO_ROOT, free_port, subprocess_env
 ACCELERATE = Path(sys.executable).with_name("accelerate")
 
 
+@pytest.mark.slow
 def test_two_cpu_processes_share_each_step_and_write_one_complete_model(tmp_path, scifact_slice, tiny_seed_dir):
     out = tmp_path / "out"
     command = [

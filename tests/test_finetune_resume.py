@@ -35,6 +35,7 @@ def command(scifact_slice, tiny_seed_dir):
     return flags
 
 
+@pytest.mark.slow
 def test_run_killed_in_its_second_round_resumes_to_identical_weights(tmp_path, command):
     uninterrupted = tmp_path / "uninterrupted"
     assert finetune(command(uninterrupted)) == 0

@@ -4,6 +4,7 @@ nothing there. The lock is the operating system's, so it dies with its holder (s
 resume in test_pretrain_resume.py), and the lock file alone is not content of the folder."""
 
 import json
+import pytest
 import os
 import signal
 import socket
@@ -33,6 +34,7 @@ def wait_for(path, process, timeout: float = 240) -> None:
         time.sleep(0.02)
 
 
+@pytest.mark.slow
 def test_run_on_a_folder_in_use_is_refused_on_every_rank_and_the_first_run_finishes_alone(tmp_path, pretrain_lines):
     corpus = write_lines(tmp_path / "corpus.txt", pretrain_lines(200))
     out = tmp_path / "out"

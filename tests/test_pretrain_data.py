@@ -100,6 +100,7 @@ sys.exit(status)
 """
 
 
+@pytest.mark.slow
 def test_two_processes_streaming_a_beir_corpus_each_train_on_different_passages(scifact_records, tmp_path):
     corpus = write_lines(tmp_path / "corpus.jsonl", [json.dumps(record) for record in scifact_records])
     script = tmp_path / "recording_pretrain.py"

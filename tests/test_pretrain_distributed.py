@@ -18,6 +18,7 @@ from pretrain_helpers import PRETRAIN_SCRIPT, REPO_ROOT, TINY_RUN, free_port, su
 ACCELERATE = Path(sys.executable).with_name("accelerate")
 
 
+@pytest.mark.slow
 def test_two_cpu_processes_share_each_step_and_write_one_complete_model(tmp_path):
     out = tmp_path / "out"
     command = [

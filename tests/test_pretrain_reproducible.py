@@ -2,12 +2,14 @@
 on the corpus and every weight, byte for byte, whatever the processes' hash seeds."""
 
 import subprocess
+import pytest
 
 import torch
 
 from pretrain_helpers import REPO_ROOT, TINY_RUN, script_command, subprocess_env, weights, write_lines
 
 
+@pytest.mark.slow
 def test_same_command_in_two_processes_writes_identical_tokenizer_and_weights(pretrain_lines, tmp_path):
     corpus = write_lines(tmp_path / "corpus.txt", pretrain_lines(200))
     outputs = [tmp_path / "first", tmp_path / "second"]

@@ -60,6 +60,7 @@ def global_step(folder) -> int:
     return json.loads((folder / "trainer_state.json").read_text())["global_step"]
 
 
+@pytest.mark.slow
 def test_run_killed_with_sigkill_resumes_to_identical_weights(tmp_path, command, uninterrupted):
     out = tmp_path / "out"
     checkpoint_8_done = out / "checkpoint-8" / "trainer_state.json"

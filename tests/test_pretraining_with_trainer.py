@@ -2,6 +2,7 @@
 and both objectives, MLM and reconstruction from [CLS], improve on held-out text."""
 
 import torch
+import pytest
 from transformers import Trainer, TrainingArguments
 
 from modeling_seed import DataCollatorForSeedPretraining, SeedEncoderForPreTraining
@@ -17,6 +18,7 @@ def held_out_losses(model, batch) -> tuple[float, float]:
     return output.mlm_loss.item(), output.decoder_loss.item()
 
 
+@pytest.mark.slow
 def test_trainer_lowers_both_mlm_and_reconstruction_loss_on_held_out_text(
     tiny_config, tokenizer, pretrain_lines, tmp_path
 ):

@@ -35,6 +35,7 @@ def train_in_a_new_process(corpus, output_dir, hash_seed: str) -> bytes:
     return (output_dir / "tokenizer.json").read_bytes()
 
 
+@pytest.mark.slow
 def test_two_processes_with_different_hash_seeds_write_byte_identical_tokenizers(lines, tmp_path):
     corpus = write_lines(tmp_path / "corpus.txt", lines)
 

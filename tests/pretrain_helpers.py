@@ -5,6 +5,7 @@ A run is either `pretrain(argv)` (the script's `main`, in this process: fast, fo
 launchers). Both take the same flags.
 """
 
+import json
 import os
 import signal
 import socket
@@ -56,13 +57,21 @@ def run_script(argv: list[str], timeout: float = 240, **variables: str) -> subpr
     )
 
 
+def is_whole_json(path: Path) -> bool:
+    try:
+        json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 def kill_once_written(command: list[str], marker: Path, log_path: Path, timeout: float) -> int:
     """Start `command` (a script run from the repository root, its output in `log_path`) and `kill -9` it as soon
-    as `marker` exists; returns the killed process's id."""
+    as `marker`, a JSON file, is whole; returns the killed process's id."""
     with open(log_path, "w") as log:
         process = subprocess.Popen(command, cwd=REPO_ROOT, env=subprocess_env(), stdout=log, stderr=log)
         deadline = time.monotonic() + timeout
-        while not marker.exists():
+        while not is_whole_json(marker):
             assert process.poll() is None, f"the run ended (status {process.returncode}) before it wrote {marker}"
             assert time.monotonic() < deadline, f"no {marker} within {timeout} s"
             time.sleep(0.02)

@@ -78,13 +78,20 @@ def test_run_killed_with_sigkill_resumes_to_identical_weights(tmp_path, command,
     assert not (out / LOCK_FILE).exists()
 
 
-def test_checkpoint_cut_short_is_removed_and_the_previous_one_resumed(tmp_path, caplog, command, uninterrupted):
+@pytest.mark.parametrize("trainer_state", ["absent", "being written"])
+def test_checkpoint_cut_short_is_removed_and_the_previous_one_resumed(
+    tmp_path, caplog, command, uninterrupted, trainer_state
+):
     out = tmp_path / "out"
     # What a kill during the save of checkpoint-12 leaves: checkpoint-8 whole, checkpoint-12 without
-    # trainer_state.json (written last), and no final model.
+    # trainer_state.json (written last) or with only its first bytes, and no final model.
     for name in ("checkpoint-8", "checkpoint-12"):
         shutil.copytree(uninterrupted / name, out / name)
-    (out / "checkpoint-12" / "trainer_state.json").unlink()
+    state = out / "checkpoint-12" / "trainer_state.json"
+    if trainer_state == "absent":
+        state.unlink()
+    else:
+        state.write_text(state.read_text()[:40])
     (out / "checkpoint-12" / "model.safetensors").write_bytes(b"truncated")
 
     assert pretrain(command(out)) == 0

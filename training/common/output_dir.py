@@ -102,11 +102,21 @@ def _checkpoints(output_dir: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name.split("-")[-1]))
 
 
+def _is_complete(checkpoint: Path) -> bool:
+    """Whether the Trainer finished writing `checkpoint`: its last file is there and whole (a `kill -9` while the
+    Trainer writes trainer_state.json leaves it empty or cut, and a resume from it would fail)."""
+    try:
+        json.loads((checkpoint / CHECKPOINT_COMPLETE_MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 def last_complete_checkpoint(folder: Path) -> Path | None:
     """The last whole `checkpoint-N` in `folder`, after removing those cut short (e.g. by `kill -9`)."""
     checkpoints = _checkpoints(folder)
     for checkpoint in checkpoints:
-        if not (checkpoint / CHECKPOINT_COMPLETE_MARKER).is_file():
+        if not _is_complete(checkpoint):
             shutil.rmtree(checkpoint)
     complete = [c for c in checkpoints if c.exists()]
     return complete[-1] if complete else None

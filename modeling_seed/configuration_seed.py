@@ -12,6 +12,9 @@ AUTO_MAP = {
     "AutoModelForPreTraining": "modeling_seed.SeedEncoderForPreTraining",
 }
 
+# The vectors the weak decoder may read: the last layer's [CLS] state, or its attention-masked mean.
+DECODER_CONDITIONS = ("cls", "mean")
+
 # Checkpoints a warm start loads: their parameter names and embeddings are the SEED encoder's own.
 WARM_START_MODEL_TYPES = ("bert",)
 
@@ -42,6 +45,10 @@ class SeedEncoderConfig(PreTrainedConfig):
         Defaults to `intermediate_size`.
     decoder_start_token_id (`int`, *optional*):
         Token placed at the decoder's start position; defaults to `pad_token_id`.
+    decoder_condition (`str`, defaults to `"cls"`):
+        The one vector the decoder reads: `"cls"`, the last layer's [CLS] state (the paper's), or `"mean"`, the
+        attention-masked mean of the last layer, the vector a mean-pooling Siamese model (sentence-transformers'
+        `Pooling("mean")`, e.g. all-MiniLM-L6-v2) retrieves with.
     """
 
     model_type = "seed_encoder"
@@ -70,6 +77,7 @@ class SeedEncoderConfig(PreTrainedConfig):
     decoder_num_attention_heads: int | None = None
     decoder_intermediate_size: int | None = None
     decoder_start_token_id: int | None = None
+    decoder_condition: str = "cls"
 
     def __post_init__(self, **kwargs):
         if self.decoder_num_attention_heads is None:
@@ -113,6 +121,12 @@ class SeedEncoderConfig(PreTrainedConfig):
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
             if not 0 <= getattr(self, name) < 1:
                 raise ValueError(f"SeedEncoderConfig: `{name}` must be in [0, 1), got {getattr(self, name)}.")
+        if self.decoder_condition not in DECODER_CONDITIONS:
+            raise ValueError(
+                f"SeedEncoderConfig: `decoder_condition` must be one of {', '.join(map(repr, DECODER_CONDITIONS))} (the "
+                f"vector the decoder reads: the [CLS] state, or the masked mean of the last layer), got "
+                f"{self.decoder_condition!r}."
+            )
         for name in ("pad_token_id", "decoder_start_token_id"):
             token_id = getattr(self, name)
             if token_id is not None and not 0 <= token_id < self.vocab_size:

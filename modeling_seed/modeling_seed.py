@@ -29,12 +29,14 @@ from transformers.models.bert.modeling_bert import (
     BertSelfAttention,
     eager_attention_forward,
 )
-from transformers.utils import ModelOutput
+from transformers.utils import ModelOutput, logging
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_seed import SeedEncoderConfig
 from .chunked_loss import IGNORE_INDEX, linear_cross_entropy
+
+logger = logging.get_logger(__name__)
 
 
 def decoder_attention_mask(length: int, span: int | None, device=None) -> torch.Tensor:
@@ -148,7 +150,7 @@ class SeedEncoderForPreTrainingOutput(ModelOutput):
     loss: mlm_loss + decoder_loss_weight * decoder_loss (whichever terms were computed).
     mlm_loss: masked-LM loss over the masked positions.
     decoder_loss: reconstruction loss of the original tokens from [CLS]; None when lambda is 0.
-    pooler_output: the [CLS] vectors the decoder was given.
+    pooler_output: the vectors the decoder was given ([CLS] states, or their masked mean: `decoder_condition`).
     """
 
     loss: torch.Tensor | None = None
@@ -474,6 +476,13 @@ class SeedEncoderForPreTraining(SeedEncoderPreTrainedModel):
                 f"checkpoint's: {'; '.join(unfilled)}. Use a checkpoint that holds the whole encoder, in the shape "
                 "its config.json gives, as BertModel, BertForMaskedLM or a SEED model save it."
             )
+        new_head = [name for name in loading_info["missing_keys"] if name.startswith("cls.")]
+        if new_head:
+            logger.warning(
+                "%s holds no MLM head (%d weights, e.g. %s): BERT's head starts from its initialisation, its decoder "
+                "tied to the word embeddings and its bias at 0, and is trained from there.", path, len(new_head),
+                sorted(new_head)[0],
+            )
         return model
 
     def get_output_embeddings(self):
@@ -482,6 +491,16 @@ class SeedEncoderForPreTraining(SeedEncoderPreTrainedModel):
     def set_output_embeddings(self, new_embeddings):
         self.cls.predictions.decoder = new_embeddings
         self.cls.predictions.bias = new_embeddings.bias
+
+    def decoder_context(self, last_hidden_state: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        """(batch, hidden) vectors the decoder reads (`config.decoder_condition`): the last layer's [CLS] states, or
+        their attention-masked mean over the real tokens, as sentence-transformers' mean pooling computes it."""
+        if self.config.decoder_condition == "cls":
+            return last_hidden_state[:, 0]
+        if attention_mask is None:
+            return last_hidden_state.mean(dim=1)
+        weights = attention_mask[..., None].to(last_hidden_state.dtype)
+        return (last_hidden_state * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
 
     def masked_lm_loss(self, sequence_output: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         is_masked = labels != IGNORE_INDEX
@@ -544,8 +563,9 @@ class SeedEncoderForPreTraining(SeedEncoderPreTrainedModel):
             "output_attentions", self.config.output_attentions
         )
         hidden_states = attentions = None
-        if labels is not None and not wants_all_states:
-            cls_vectors, states, position_labels = self.encode_loss_positions(
+        # Only the [CLS] condition may skip the last layer's other positions; the mean reads them all.
+        if labels is not None and not wants_all_states and self.config.decoder_condition == "cls":
+            sentence_vectors, states, position_labels = self.encode_loss_positions(
                 input_ids, labels, attention_mask, token_type_ids, position_ids
             )
             mlm_loss = self.masked_lm_loss(states, position_labels)
@@ -557,7 +577,8 @@ class SeedEncoderForPreTraining(SeedEncoderPreTrainedModel):
                 position_ids=position_ids,
                 **kwargs,
             )
-            cls_vectors, hidden_states, attentions = outputs.pooler_output, outputs.hidden_states, outputs.attentions
+            sentence_vectors = self.decoder_context(outputs.last_hidden_state, attention_mask)
+            hidden_states, attentions = outputs.hidden_states, outputs.attentions
             mlm_loss = self.masked_lm_loss(outputs.last_hidden_state, labels) if labels is not None else None
 
         decoder_loss = None
@@ -565,7 +586,7 @@ class SeedEncoderForPreTraining(SeedEncoderPreTrainedModel):
             if unmasked_input_ids is None and labels is not None:
                 unmasked_input_ids = torch.where(labels != IGNORE_INDEX, labels, input_ids)
             if unmasked_input_ids is not None:
-                decoder_loss = self.weak_decoder(cls_vectors, unmasked_input_ids, attention_mask).loss
+                decoder_loss = self.weak_decoder(sentence_vectors, unmasked_input_ids, attention_mask).loss
 
         loss = None
         if mlm_loss is not None or decoder_loss is not None:
@@ -576,7 +597,7 @@ class SeedEncoderForPreTraining(SeedEncoderPreTrainedModel):
             loss=loss,
             mlm_loss=mlm_loss,
             decoder_loss=decoder_loss,
-            pooler_output=cls_vectors,
+            pooler_output=sentence_vectors,
             hidden_states=hidden_states,
             attentions=attentions,
         )

@@ -30,7 +30,7 @@ def test_every_field_of_the_seed_encoder_but_the_decoders_is_a_bert_config_field
     assert encoder_fields <= set(BertConfig.__annotations__)
     assert set(SeedEncoderConfig.__annotations__) - encoder_fields == {
         "decoder_num_layers", "decoder_attention_span", "decoder_loss_weight", "decoder_num_attention_heads",
-        "decoder_intermediate_size", "decoder_start_token_id",
+        "decoder_intermediate_size", "decoder_start_token_id", "decoder_condition",
     }
 
 

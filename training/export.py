@@ -1,4 +1,5 @@
-"""Export a SEED pretraining folder's encoder and MLM head as a plain `BertForMaskedLM`, loadable without this package.
+"""Export a SEED pretraining folder as plain BERT, loadable without this package: its encoder and MLM head as a
+`BertForMaskedLM`, or, for a folder pre-trained from a SentenceTransformer, a SentenceTransformer over a `BertModel`.
 
     python training/export.py seed-encoder                      # -> seed-encoder-bert
     python training/export.py seed-encoder --output_dir seed-encoder-bert --overwrite_output_dir
@@ -38,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         [seed_folder] = arguments.seed_folder
         output_dir = arguments.output_dir or f"{seed_folder.rstrip('/')}-bert"
         written = export_plain_bert(seed_folder, output_dir, arguments.overwrite_output_dir)
-        return f"BertForMaskedLM written to {written} (loads without seed-encoder or trust_remote_code)"
+        return f"Plain BERT written to {written} (loads without seed-encoder or trust_remote_code)"
 
     return exit_status(export)
 

@@ -62,6 +62,15 @@ class ModelArguments:
         default=None,
         metadata={"help": "lambda in loss = MLM + lambda * reconstruction (config default: 1.0; 0 = MLM only)."},
     )
+    decoder_condition: str | None = field(
+        default=None,
+        metadata={
+            "choices": ["cls", "mean"],
+            "help": "The one vector the decoder reads: 'cls', the last layer's [CLS] state (config default, the "
+            "paper's), or 'mean', the attention-masked mean of the last layer, for a start that retrieves with mean "
+            "pooling (e.g. all-MiniLM-L6-v2).",
+        },
+    )
     config_overrides: str | None = field(
         default=None,
         metadata={"help": "Other config fields to override, as 'key=value,key=value' (e.g. 'hidden_size=256,num_hidden_layers=6')."},

@@ -1,6 +1,8 @@
-"""A SEED pretraining folder's encoder and MLM head written as a plain `BertForMaskedLM` folder: the library
-function behind `training/export.py`."""
+"""A SEED pretraining folder written as plain BERT, the library function behind `training/export.py`: its encoder and
+MLM head as a `BertForMaskedLM` folder, or, for a folder pre-trained from a SentenceTransformer (which keeps the
+start's modules), a SentenceTransformer over a `BertModel` with those modules."""
 
+import shutil
 from pathlib import Path
 
 from huggingface_hub import ModelCard, ModelCardData, metadata_load
@@ -10,7 +12,8 @@ from modeling_seed import SeedEncoderConfig, SeedEncoderForMaskedLM, as_bert_for
 
 from ..common.errors import InputError
 from ..common.model_cards import model_card_template
-from ..common.models import WEIGHT_FILES, transformer_config
+from ..common.models import WEIGHT_FILES, load_sentence_transformer, model_kind, transformer_config
+from ..common.serving import add_serving_fields
 from ..common.output_dir import STAGING_DIR, clear_output_dir, folder_content, publish_final_model, staging_dir
 
 TEMPLATE = "plain_bert_export.md"
@@ -24,15 +27,13 @@ def check_seed_checkpoint(path: str) -> None:
     if not folder.is_dir():
         raise InputError(f"{path}: no such folder. Pass a SEED pretraining folder (`training/pretrain.py`'s --output_dir).")
     config = transformer_config(path) if (folder / "config.json").is_file() else {}
-    if config.get("model_type") != SeedEncoderConfig.model_type or (folder / "modules.json").is_file():
+    if config.get("model_type") != SeedEncoderConfig.model_type:
         checkpoints = sorted(folder.glob("checkpoint-*/config.json"))
         hint = (
             f" It holds the checkpoint(s) of an unfinished run: export one of them, e.g. {checkpoints[-1].parent}."
             if checkpoints else ""
         )
         what = f"model_type {config['model_type']!r}" if config.get("model_type") else "no config.json"
-        if (folder / "modules.json").is_file():
-            what = "a sentence-transformers model, whose transformer is exported as it is saved"
         raise InputError(
             f"{path}: not a SEED pretraining checkpoint ({what}; a SEED folder's config.json has model_type "
             f"{SeedEncoderConfig.model_type!r}).{hint} Only SEED checkpoints need exporting: a fine-tuned retriever "
@@ -59,14 +60,14 @@ def load_masked_lm(path: str) -> SeedEncoderForMaskedLM:
     return model.eval()
 
 
-def render_card(source: str, config: SeedEncoderConfig, repo_id: str) -> ModelCard:
+def render_card(source: str, config: SeedEncoderConfig, repo_id: str, sentence_transformer: bool) -> ModelCard:
     source_card = Path(source) / "README.md"
     licence = (metadata_load(source_card) or {}).get("license") if source_card.is_file() else None
     card_data = ModelCardData(
         library_name="transformers",
         license=licence,
-        pipeline_tag="fill-mask",
-        tags=["seed-encoder", "bert", "fill-mask", "pretraining"],
+        pipeline_tag="sentence-similarity" if sentence_transformer else "fill-mask",
+        tags=["seed-encoder", "bert", "sentence-transformers" if sentence_transformer else "fill-mask", "pretraining"],
     )
     return ModelCard.from_template(
         card_data,
@@ -75,11 +76,13 @@ def render_card(source: str, config: SeedEncoderConfig, repo_id: str) -> ModelCa
         repo_id=repo_id,
         source=source,
         config=config,
+        sentence_transformer=sentence_transformer,
     )
 
 
 def export_plain_bert(seed_folder: str, output_dir: str, overwrite_output_dir: bool = False) -> Path:
-    """Write `seed_folder`'s encoder and MLM head to `output_dir` as `BertForMaskedLM`, with its tokenizer and a card.
+    """Write `seed_folder` to `output_dir` as plain BERT, with its tokenizer and a card: its encoder and MLM head as
+    `BertForMaskedLM`, or a SentenceTransformer over `BertModel` where the folder keeps a SentenceTransformer's modules.
     Every input is checked before anything is written, and the folder appears whole or not at all."""
     check_seed_checkpoint(seed_folder)
     target = Path(output_dir)
@@ -91,16 +94,29 @@ def export_plain_bert(seed_folder: str, output_dir: str, overwrite_output_dir: b
             f"--output_dir {output_dir}: the folder is not empty ({', '.join(sorted(p.name for p in leftovers)[:5])}). "
             "Choose another --output_dir, or pass --overwrite_output_dir to replace its contents."
         )
-    seed_model = load_masked_lm(seed_folder)
-    tokenizer = AutoTokenizer.from_pretrained(seed_folder, local_files_only=True)
-    bert = as_bert_for_masked_lm(seed_model)
+    sentence_transformer = model_kind(seed_folder) == "sentence-transformer"
+    if sentence_transformer:
+        # Pre-trained from a SentenceTransformer (e.g. adapted all-MiniLM-L6-v2): a retriever with the start's modules.
+        retriever = load_sentence_transformer(seed_folder)  # its encoder as plain BertModel
 
+        def write(staged: Path) -> None:
+            retriever.save(str(staged))
+            add_serving_fields(staged, retriever.max_seq_length)
+    else:
+        masked_lm = as_bert_for_masked_lm(load_masked_lm(seed_folder))
+        tokenizer = AutoTokenizer.from_pretrained(seed_folder, local_files_only=True)
+
+        def write(staged: Path) -> None:
+            masked_lm.save_pretrained(staged)
+            tokenizer.save_pretrained(staged)
+
+    config = SeedEncoderConfig.from_pretrained(seed_folder)
     if overwrite_output_dir:
         clear_output_dir(output_dir)
     staged = staging_dir(output_dir)
-    staged.mkdir(parents=True, exist_ok=True)
-    bert.save_pretrained(staged)
-    tokenizer.save_pretrained(staged)
-    render_card(seed_folder, seed_model.config, target.resolve().name).save(staged / "README.md")
+    shutil.rmtree(staged, ignore_errors=True)
+    staged.mkdir(parents=True)
+    write(staged)
+    render_card(seed_folder, config, target.resolve().name, sentence_transformer).save(staged / "README.md")
     publish_final_model(output_dir)
     return target

@@ -1,4 +1,5 @@
-"""How much of a sequence the weak decoder takes from its [CLS] vector.
+"""How much of a sequence the weak decoder takes from its [CLS] vector (or, with `decoder_condition="mean"`, from the
+masked mean of the last layer: whichever vector the decoder reads; "[CLS]" below stands for it).
 
 The decoder rebuilds each sequence twice: from the sequence's own [CLS] vector, and from the [CLS]
 vector of another sequence of the batch (the batch rolled by one). What the decoder can rebuild
@@ -47,7 +48,8 @@ def cls_information(model, batch: dict) -> dict[str, float]:
         if unmasked is None:
             labels = batch.get("labels")
             unmasked = batch["input_ids"] if labels is None else torch.where(labels != IGNORE_INDEX, labels, batch["input_ids"])
-        cls_vectors = model.bert(input_ids=batch["input_ids"], attention_mask=attention_mask).pooler_output
+        last_hidden_state = model.bert(input_ids=batch["input_ids"], attention_mask=attention_mask).last_hidden_state
+        cls_vectors = model.decoder_context(last_hidden_state, attention_mask)  # [CLS] or the masked mean
         information, swapped_loss = cls_information_from_vectors(model.weak_decoder, cls_vectors, unmasked, attention_mask)
     finally:
         model.train(was_training)

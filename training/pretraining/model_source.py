@@ -14,12 +14,13 @@ from ..common.errors import InputError
 from ..common.output_dir import ExistingRun
 from .arguments import DataArguments, ModelArguments
 from .presets import PRESETS
+from .sentence_transformer_start import SentenceTransformerStart, read_sentence_transformer_start
 
 # Fields that define the model's shape: a run may only continue into a folder that agrees on them.
 ARCHITECTURE_FIELDS = (
     "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
     "max_position_embeddings", "type_vocab_size", "decoder_num_layers", "decoder_attention_span",
-    "decoder_loss_weight", "decoder_num_attention_heads", "decoder_intermediate_size",
+    "decoder_loss_weight", "decoder_num_attention_heads", "decoder_intermediate_size", "decoder_condition",
 )
 
 
@@ -32,6 +33,7 @@ class ModelSource:
     path: str | None = None
     vocab_follows_tokenizer: bool = False
     overrides: dict | None = None  # the config fields set on the command line
+    sentence_transformer: SentenceTransformerStart | None = None  # a SentenceTransformer start, whose modules it keeps
 
 
 def _parse_overrides(model_args: ModelArguments) -> dict:
@@ -53,6 +55,8 @@ def _parse_overrides(model_args: ModelArguments) -> dict:
         overrides["decoder_num_layers"] = model_args.decoder_num_layers
     if model_args.decoder_loss_weight is not None:
         overrides["decoder_loss_weight"] = model_args.decoder_loss_weight
+    if model_args.decoder_condition is not None:
+        overrides["decoder_condition"] = model_args.decoder_condition
     if model_args.decoder_attention_span is not None:
         span = model_args.decoder_attention_span.strip().lower()
         if span in ("full", "none"):
@@ -81,17 +85,24 @@ def resolve_model_source(model_args: ModelArguments) -> ModelSource:
             raise InputError(
                 f"--model_name_or_path {path}: no such folder. Pass a local checkpoint folder (this script downloads nothing)."
             )
+        start = read_sentence_transformer_start(path)
+        if start is not None:
+            path = str(start.transformer_folder)
         try:
             base = AutoConfig.from_pretrained(path).to_dict()
         except (OSError, ValueError) as error:
             raise InputError(f"--model_name_or_path {path}: cannot read its config.json ({error}).") from None
         if base.get("model_type") == SeedEncoderConfig.model_type:
-            return ModelSource(kind="seed", config=_config(base, overrides), path=path, overrides=overrides)
+            return ModelSource(
+                kind="seed", config=_config(base, overrides), path=path, overrides=overrides, sentence_transformer=start
+            )
+        # A SentenceTransformer's decoder reads the vector it retrieves with, unless told otherwise.
+        condition = {"decoder_condition": start.decoder_condition} if start and "decoder_condition" not in overrides else {}
         try:
-            config = SeedEncoderConfig.from_bert_config(base, **overrides)
+            config = SeedEncoderConfig.from_bert_config(base, **condition, **overrides)
         except (ValueError, TypeError) as error:
             raise InputError(f"--model_name_or_path {path}: {error}") from None
-        return ModelSource(kind="bert", config=config, path=path, overrides=overrides)
+        return ModelSource(kind="bert", config=config, path=path, overrides=overrides, sentence_transformer=start)
 
     name = model_args.config_name or "seed-tiny"
     if name in PRESETS:
@@ -138,9 +149,11 @@ def check_same_model(output_dir: str, existing: ExistingRun, config) -> None:
         differences = [f"model_type: {existing.config.get('model_type')!r} there, {config.model_type!r} here"]
     else:
         differences = [
-            f"{field}: {existing.config.get(field)!r} there, {getattr(config, field)!r} here"
+            f"{field}: {saved!r} there, {getattr(config, field)!r} here"
             for field in ARCHITECTURE_FIELDS
-            if existing.config.get(field) != getattr(config, field)
+            # A folder saved before a field existed was trained with its default.
+            if (saved := existing.config.get(field, SeedEncoderConfig.__dataclass_fields__[field].default))
+            != getattr(config, field)
         ]
     if differences:
         raise InputError(

@@ -31,6 +31,7 @@ from .arguments import (
 )
 from .model_card import LOSS_PLOT, plot_loss_curves, render_model_card
 from .model_source import check_lengths, check_same_model, check_vocabulary, resolve_model_source
+from .sentence_transformer_start import write_sentence_transformer_modules
 from .tokenizer import load_tokenizer, tokenize_corpus, train_wordpiece_tokenizer
 from .trainer import SeedPretrainingTrainer
 
@@ -206,6 +207,8 @@ def _pretrain(model_args: ModelArguments, data_args: DataArguments, training_arg
             repo_id=training_args.hub_model_id or Path(training_args.output_dir).name,
         )
         card.save(staged / "README.md")
+        if source.sentence_transformer is not None:
+            write_sentence_transformer_modules(source.sentence_transformer, staged)
         publish_final_model(training_args.output_dir)
         if training_args.push_to_hub:
             push_final_model(training_args, "SEED-Encoder pretraining: final model")

@@ -29,8 +29,11 @@ from training.finetuning.families import DENSE
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MAIN_JOB_BUDGET_SECONDS = 15 * 60
 # `accelerate launch` runs a single CPU process on one thread unless told otherwise (it sets OMP_NUM_THREADS=1):
-# both cores, as `python training/pretrain.py` would use, take the chain from 11 minutes to about 7.
-ACCELERATE_LAUNCH = ["launch", "--num_cpu_threads_per_process", "2"]
+# both cores, as `python training/pretrain.py` would use, take the chain from 11 minutes to about 7. Beside another
+# pytest-xdist worker, two threads share a core with it: measured, the chain then took 790 s against 430 s alone, so
+# under xdist it runs on one thread, one core per worker.
+THREADS = "1" if os.environ.get("PYTEST_XDIST_WORKER") else "2"
+ACCELERATE_LAUNCH = ["launch", "--num_cpu_threads_per_process", THREADS]
 DEV_FRACTION, FINETUNING_SEED = 0.1, 42  # the fine-tuning defaults, which hold the dev split out
 
 

@@ -19,6 +19,7 @@ FOLDER_FILES = ("config_sentence_transformers.json",)
 TRANSFORMER_FILES = ("sentence_bert_config.json",)
 
 
+# Not common.models' reader: that module imports sentence-transformers, which a pretraining run does not otherwise load.
 def _read_json(path: Path) -> dict | list:
     try:
         return json.loads(path.read_text(encoding="utf-8"))

@@ -22,7 +22,7 @@ class ExportArguments:
                   "help": "The SEED pretraining folder (training/pretrain.py's --output_dir) or one of its checkpoints."}
     )
     output_dir: str | None = field(
-        default=None, metadata={"help": "Where to write the BertForMaskedLM folder (default: SEED_FOLDER-bert)."}
+        default=None, metadata={"help": "Where to write the plain-BERT folder (default: SEED_FOLDER-bert)."}
     )
     overwrite_output_dir: bool = field(
         default=False, metadata={"help": "Replace the contents of a non-empty --output_dir."}

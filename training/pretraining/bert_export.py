@@ -12,7 +12,7 @@ from modeling_seed import SeedEncoderConfig, SeedEncoderForMaskedLM, as_bert_for
 
 from ..common.errors import InputError
 from ..common.model_cards import model_card_template
-from ..common.models import WEIGHT_FILES, load_sentence_transformer, model_kind, transformer_config
+from ..common.models import load_sentence_transformer, model_kind, transformer_config
 from ..common.serving import add_serving_fields
 from ..common.output_dir import STAGING_DIR, clear_output_dir, folder_content, publish_final_model, staging_dir
 
@@ -21,8 +21,9 @@ TEMPLATE = "plain_bert_export.md"
 MLM_HEAD_PREFIX = "cls."
 
 
-def check_seed_checkpoint(path: str) -> None:
-    """Refuse (InputError) a folder that holds no whole SEED checkpoint."""
+def check_seed_checkpoint(path: str) -> str:
+    """Refuse (InputError) a folder that holds no whole SEED checkpoint; else its `model_kind`: 'transformers', or
+    'sentence-transformer' for one pre-trained from a SentenceTransformer, which keeps the start's modules."""
     folder = Path(path)
     if not folder.is_dir():
         raise InputError(f"{path}: no such folder. Pass a SEED pretraining folder (`training/pretrain.py`'s --output_dir).")
@@ -39,8 +40,7 @@ def check_seed_checkpoint(path: str) -> None:
             f"{SeedEncoderConfig.model_type!r}).{hint} Only SEED checkpoints need exporting: a fine-tuned retriever "
             "is already saved as plain BERT."
         )
-    if not any((folder / name).is_file() for name in WEIGHT_FILES):
-        raise InputError(f"{path}: has a config.json but no weights ({', '.join(WEIGHT_FILES)}). Pass a complete folder.")
+    return model_kind(path)  # refuses a config.json without weights
 
 
 def load_masked_lm(path: str) -> SeedEncoderForMaskedLM:
@@ -84,7 +84,7 @@ def export_plain_bert(seed_folder: str, output_dir: str, overwrite_output_dir: b
     """Write `seed_folder` to `output_dir` as plain BERT, with its tokenizer and a card: its encoder and MLM head as
     `BertForMaskedLM`, or a SentenceTransformer over `BertModel` where the folder keeps a SentenceTransformer's modules.
     Every input is checked before anything is written, and the folder appears whole or not at all."""
-    check_seed_checkpoint(seed_folder)
+    sentence_transformer = check_seed_checkpoint(seed_folder) == "sentence-transformer"
     target = Path(output_dir)
     if target.resolve() == Path(seed_folder).resolve():
         raise InputError(f"--output_dir {output_dir}: is the SEED folder itself. Choose another folder.")
@@ -94,7 +94,6 @@ def export_plain_bert(seed_folder: str, output_dir: str, overwrite_output_dir: b
             f"--output_dir {output_dir}: the folder is not empty ({', '.join(sorted(p.name for p in leftovers)[:5])}). "
             "Choose another --output_dir, or pass --overwrite_output_dir to replace its contents."
         )
-    sentence_transformer = model_kind(seed_folder) == "sentence-transformer"
     if sentence_transformer:
         # Pre-trained from a SentenceTransformer (e.g. adapted all-MiniLM-L6-v2): a retriever with the start's modules.
         retriever = load_sentence_transformer(seed_folder)  # its encoder as plain BertModel

@@ -39,6 +39,9 @@ class SeedEncoderConfig(PreTrainedConfig):
         decoder" ablation).
     decoder_loss_weight (`float`, defaults to 1.0):
         lambda in loss = MLM + lambda * reconstruction. 0 builds no decoder: the MLM-only baseline.
+    mlm_loss_weight (`float`, defaults to 1.0):
+        The MLM term's weight: loss = mlm_loss_weight * MLM + lambda * reconstruction. 0 trains the decoder alone
+        (no MLM loss is computed; the MLM head is kept but left untrained), the closest analogue of TSDAE.
     decoder_num_attention_heads (`int`, *optional*):
         Defaults to `num_attention_heads`.
     decoder_intermediate_size (`int`, *optional*):
@@ -74,6 +77,7 @@ class SeedEncoderConfig(PreTrainedConfig):
     decoder_num_layers: int = 3
     decoder_attention_span: int | None = 2
     decoder_loss_weight: float | int = 1.0
+    mlm_loss_weight: float | int = 1.0
     decoder_num_attention_heads: int | None = None
     decoder_intermediate_size: int | None = None
     decoder_start_token_id: int | None = None
@@ -117,6 +121,16 @@ class SeedEncoderConfig(PreTrainedConfig):
             raise ValueError(
                 f"SeedEncoderConfig: `decoder_loss_weight` (lambda) must be >= 0, got {self.decoder_loss_weight}; "
                 "use 0 for the MLM-only baseline."
+            )
+        if self.mlm_loss_weight < 0:
+            raise ValueError(
+                f"SeedEncoderConfig: `mlm_loss_weight` must be >= 0, got {self.mlm_loss_weight}; use 0 to train the "
+                "decoder alone."
+            )
+        if self.mlm_loss_weight == 0 and self.decoder_loss_weight == 0:
+            raise ValueError(
+                "SeedEncoderConfig: `mlm_loss_weight` and `decoder_loss_weight` are both 0, so no loss would train the "
+                "model. Set one of them above 0 (MLM only: decoder_loss_weight 0; the decoder alone: mlm_loss_weight 0)."
             )
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
             if not 0 <= getattr(self, name) < 1:

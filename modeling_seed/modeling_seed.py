@@ -147,8 +147,8 @@ class SeedDecoderOutput(ModelOutput):
 class SeedEncoderForPreTrainingOutput(ModelOutput):
     """Output of [`SeedEncoderForPreTraining`].
 
-    loss: mlm_loss + decoder_loss_weight * decoder_loss (whichever terms were computed).
-    mlm_loss: masked-LM loss over the masked positions.
+    loss: mlm_loss_weight * mlm_loss + decoder_loss_weight * decoder_loss (whichever terms were computed).
+    mlm_loss: masked-LM loss over the masked positions; None when mlm_loss_weight is 0.
     decoder_loss: reconstruction loss of the original tokens from [CLS]; None when lambda is 0.
     pooler_output: the vectors the decoder was given ([CLS] states, or their masked mean: `decoder_condition`).
     """
@@ -419,12 +419,12 @@ class SeedEncoderForMaskedLM(SeedEncoderPreTrainedModel):
 
 class SeedEncoderForPreTraining(SeedEncoderPreTrainedModel):
     """Encoder (`bert`) + MLM head (`cls`) + weak decoder (`weak_decoder`), trained with
-    loss = MLM + decoder_loss_weight * reconstruction.
+    loss = mlm_loss_weight * MLM + decoder_loss_weight * reconstruction.
 
     Only masked positions get MLM logits, no loss materialises batch x length x vocabulary logits,
     and the last encoder layer runs only where a loss reads it ([CLS] and the masked positions)
     unless hidden states or attentions are requested. With `decoder_loss_weight=0` no decoder is
-    built or run: the MLM-only baseline.
+    built or run: the MLM-only baseline; with `mlm_loss_weight=0` no MLM loss is computed: the decoder alone.
     """
 
     _tied_weights_keys = SeedEncoderForMaskedLM._tied_weights_keys
@@ -564,11 +564,14 @@ class SeedEncoderForPreTraining(SeedEncoderPreTrainedModel):
         )
         hidden_states = attentions = None
         # Only the [CLS] condition may skip the last layer's other positions; the mean reads them all.
+        trains_mlm = self.config.mlm_loss_weight > 0
         if labels is not None and not wants_all_states and self.config.decoder_condition == "cls":
+            # Without the MLM term only [CLS] is read from the last layer.
+            read_labels = labels if trains_mlm else torch.full_like(labels, IGNORE_INDEX)
             sentence_vectors, states, position_labels = self.encode_loss_positions(
-                input_ids, labels, attention_mask, token_type_ids, position_ids
+                input_ids, read_labels, attention_mask, token_type_ids, position_ids
             )
-            mlm_loss = self.masked_lm_loss(states, position_labels)
+            mlm_loss = self.masked_lm_loss(states, position_labels) if trains_mlm else None
         else:
             outputs = self.bert(
                 input_ids,
@@ -579,7 +582,7 @@ class SeedEncoderForPreTraining(SeedEncoderPreTrainedModel):
             )
             sentence_vectors = self.decoder_context(outputs.last_hidden_state, attention_mask)
             hidden_states, attentions = outputs.hidden_states, outputs.attentions
-            mlm_loss = self.masked_lm_loss(outputs.last_hidden_state, labels) if labels is not None else None
+            mlm_loss = self.masked_lm_loss(outputs.last_hidden_state, labels) if labels is not None and trains_mlm else None
 
         decoder_loss = None
         if self.weak_decoder is not None:
@@ -590,7 +593,7 @@ class SeedEncoderForPreTraining(SeedEncoderPreTrainedModel):
 
         loss = None
         if mlm_loss is not None or decoder_loss is not None:
-            loss = (mlm_loss if mlm_loss is not None else 0.0) + (
+            loss = (self.config.mlm_loss_weight * mlm_loss if mlm_loss is not None else 0.0) + (
                 self.config.decoder_loss_weight * decoder_loss if decoder_loss is not None else 0.0
             )
         return SeedEncoderForPreTrainingOutput(

@@ -62,6 +62,14 @@ class ModelArguments:
         default=None,
         metadata={"help": "lambda in loss = MLM + lambda * reconstruction (config default: 1.0; 0 = MLM only)."},
     )
+    mlm_loss_weight: float | None = field(
+        default=None,
+        metadata={
+            "help": "Weight of the MLM term: loss = w * MLM + lambda * reconstruction (config default: 1.0). 0 trains "
+            "the decoder alone (the encoder still reads the masked input; the MLM head is kept untrained), the "
+            "closest analogue of TSDAE."
+        },
+    )
     decoder_condition: str | None = field(
         default=None,
         metadata={

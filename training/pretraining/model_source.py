@@ -20,7 +20,7 @@ from .sentence_transformer_start import SentenceTransformerStart, read_sentence_
 ARCHITECTURE_FIELDS = (
     "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
     "max_position_embeddings", "type_vocab_size", "decoder_num_layers", "decoder_attention_span",
-    "decoder_loss_weight", "decoder_num_attention_heads", "decoder_intermediate_size", "decoder_condition",
+    "decoder_loss_weight", "mlm_loss_weight", "decoder_num_attention_heads", "decoder_intermediate_size", "decoder_condition",
 )
 
 
@@ -55,6 +55,8 @@ def _parse_overrides(model_args: ModelArguments) -> dict:
         overrides["decoder_num_layers"] = model_args.decoder_num_layers
     if model_args.decoder_loss_weight is not None:
         overrides["decoder_loss_weight"] = model_args.decoder_loss_weight
+    if model_args.mlm_loss_weight is not None:
+        overrides["mlm_loss_weight"] = model_args.mlm_loss_weight
     if model_args.decoder_condition is not None:
         overrides["decoder_condition"] = model_args.decoder_condition
     if model_args.decoder_attention_span is not None:

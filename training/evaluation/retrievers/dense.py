@@ -80,5 +80,11 @@ class DenseRetriever(Retriever):
             indices.append(chunk_indices)
         return run_from_top_k(list(queries), self.document_ids, np.concatenate(indices), np.concatenate(scores))
 
+    def corpus_vectors(self) -> np.ndarray:
+        """The indexed documents' vectors, in corpus order, as they are searched (normalised for a cosine model)."""
+        if self._index is None:
+            raise RuntimeError(f"{self.name}: index a corpus first.")
+        return self._index.reconstruct_n(0, self._index.ntotal)
+
     def stats(self) -> dict[str, float]:
         return {**super().stats(), "corpus_from_cache": float(self.corpus_from_cache)}

@@ -1,0 +1,178 @@
+"""`benchmarks/domain_adaptation.py`: label-free adaptation of all-MiniLM-L6-v2 with every objective, end to end at the
+smoke budget on a slice of the PubMedQA collection; then resumed with few-shot rows added, and refused over another
+budget. Also the parts it is built from: the PubMedQA collection and TSDAE's word deletion."""
+
+import json
+import random
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from pretrain_helpers import subprocess_env
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+BENCHMARK = REPO_ROOT / "benchmarks" / "domain_adaptation.py"
+sys.path.insert(0, str(BENCHMARK.parent))  # the benchmarks import one another by module name, as scripts do
+
+from pubmedqa_collection import build_pubmedqa_collection  # noqa: E402
+from tsdae import delete_words  # noqa: E402
+
+from training.common.errors import InputError  # noqa: E402
+
+ADAPTING_ARMS = ("mlm", "tsdae", "seed", "strong-decoder", "decoder-only")
+SMOKE_STEPS, SMOKE_BATCH = 2, 4  # the smoke budget's
+
+
+def run_benchmark(argv: list) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(BENCHMARK), *map(str, argv)], cwd=REPO_ROOT,
+        env=subprocess_env(PYTHONPATH=str(REPO_ROOT)), capture_output=True, text=True, timeout=1200,
+    )
+
+
+def pairs_file(folder: Path, count: int, shared_data_dir: Path | None = None) -> Path:
+    """The first `count` real PubMedQA pairs, or made-up ones without the shared data."""
+    path = folder / "pairs.jsonl"
+    if shared_data_dir is not None:
+        lines = (shared_data_dir / "pubmedqa" / "pairs.jsonl").read_text().splitlines()[:count]
+    else:
+        lines = [json.dumps({"pmid": str(1000 + n), "query": f"question {n}?", "positive": f"abstract {n}."}) for n in range(count)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_pubmedqa_collection_judges_each_question_by_its_own_abstract_on_a_fixed_half_split(tmp_path):
+    pairs = pairs_file(tmp_path, 10)
+    folder = build_pubmedqa_collection(pairs, tmp_path / "pubmedqa")
+    corpus = [json.loads(line) for line in (folder / "corpus.jsonl").read_text().splitlines()]
+    queries = {json.loads(line)["_id"]: json.loads(line)["text"] for line in (folder / "queries.jsonl").read_text().splitlines()}
+    qrels = {split: (folder / "qrels" / f"{split}.tsv").read_text().splitlines()[1:] for split in ("test", "train")}
+
+    assert len(corpus) == 10 and len(qrels["test"]) == 5 and len(qrels["train"]) == 5
+    for line in qrels["test"] + qrels["train"]:
+        query_id, document_id, score = line.split("\t")
+        assert query_id == f"q{document_id}" and score == "1"
+        assert queries[query_id] == f"question {int(document_id) - 1000}?"
+    # The split is the collection's, whatever the file's order.
+    shuffled = pairs.read_text().splitlines()
+    random.Random(5).shuffle(shuffled)
+    (tmp_path / "shuffled").mkdir()
+    (tmp_path / "shuffled" / "pairs.jsonl").write_text("\n".join(shuffled) + "\n")
+    again = build_pubmedqa_collection(tmp_path / "shuffled" / "pairs.jsonl", tmp_path / "again")
+    assert (again / "qrels" / "test.tsv").read_text() == (folder / "qrels" / "test.tsv").read_text()
+
+
+def test_pubmedqa_collection_refuses_a_bad_line_naming_it_and_leaves_nothing(tmp_path):
+    pairs = pairs_file(tmp_path, 4)
+    pairs.write_text(pairs.read_text() + json.dumps({"pmid": "9", "query": "", "positive": "text"}) + "\n")
+
+    with pytest.raises(InputError, match=r"line 5: query empty or not text"):
+        build_pubmedqa_collection(pairs, tmp_path / "pubmedqa")
+    assert not (tmp_path / "pubmedqa").exists()
+
+
+def test_tsdae_deletes_each_word_with_probability_0_6_the_same_for_the_same_seed():
+    text = " ".join(f"w{n}" for n in range(20000))
+    damaged = delete_words(text, random.Random(1))
+
+    assert 0.38 < len(damaged.split()) / 20000 < 0.42
+    assert damaged == delete_words(text, random.Random(1)) != delete_words(text, random.Random(2))
+    assert set(damaged.split()) <= set(text.split())
+    assert delete_words("one", random.Random(0), probability=0.999999) == "one"  # never empty
+
+
+@pytest.fixture(scope="module")
+def adaptation_run(shared_data_dir, minilm_dir, tmp_path_factory):
+    """The smoke benchmark on 24 PubMedQA pairs: zero-shot only, then resumed with few-shot k=4, then over the cpu
+    budget."""
+    folder = tmp_path_factory.mktemp("domain-adaptation")
+    pairs = pairs_file(folder, 24, shared_data_dir)
+    argv = ["--pubmedqa_pairs", pairs, "--start", minilm_dir, "--budget", "smoke", "--work_dir", folder / "work"]
+    first = run_benchmark([*argv, "--few_shot", "--output_json", folder / "zero-shot.json"])
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-3000:]
+    results_after_first = (folder / "work" / "results.json").read_text()
+    second = run_benchmark([*argv, "--few_shot", "4", "--output_json", folder / "few-shot.json"])
+    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-3000:]
+    results_after_second = (folder / "work" / "results.json").read_text()
+    other_budget = run_benchmark([*argv[:-4], "--budget", "cpu", "--work_dir", folder / "work"])
+    return SimpleNamespace(
+        work=folder / "work", first=first, second=second, other_budget=other_budget,
+        results_after_first=json.loads(results_after_first), results_after_second=json.loads(results_after_second),
+        results_at_the_end=json.loads((folder / "work" / "results.json").read_text()),
+        zero_shot=json.loads((folder / "zero-shot.json").read_text()), few_shot=json.loads((folder / "few-shot.json").read_text()),
+    )
+
+
+def test_every_arm_is_adapted_and_evaluated_zero_shot(adaptation_run):
+    rows = adaptation_run.zero_shot["tables"]["pubmedqa"]["arms"]
+
+    assert [row["key"] for row in rows] == ["start", *ADAPTING_ARMS]
+    for row in rows:
+        assert 0 <= row["summary"]["zero-shot ndcg@10"]["mean"] <= 1
+        assert -1 <= row["summary"]["mean pairwise cosine"]["mean"] <= 1
+        seconds = row["summary"]["adaptation seconds"]["mean"]
+        assert (seconds is None) == (row["key"] == "start")
+
+
+@pytest.mark.parametrize("arm", ADAPTING_ARMS)
+def test_every_arm_sees_the_same_texts_and_keeps_the_starts_pooling(adaptation_run, minilm_dir, arm):
+    from training.common.models import load_sentence_transformer
+
+    adapted = adaptation_run.work / "pubmedqa" / arm / "seed-1" / "adapted"
+    state = json.loads((adapted / "trainer_state.json").read_text())
+    model = load_sentence_transformer(str(adapted))
+
+    assert (state["global_step"], state["train_batch_size"]) == (SMOKE_STEPS, SMOKE_BATCH)
+    assert [type(module).__name__ for module in model] == ["Transformer", "Pooling", "Normalize"]
+    assert model[1].get_config_dict()["pooling_mode"] == "mean"
+    assert model.max_seq_length == 256  # the start's, not the training length
+
+
+def test_the_decoder_arms_train_what_they_say(adaptation_run):
+    from modeling_seed import SeedEncoderConfig
+
+    def config(arm: str) -> SeedEncoderConfig:
+        return SeedEncoderConfig.from_pretrained(adaptation_run.work / "pubmedqa" / arm / "seed-1" / "adapted")
+
+    seed, strong, alone, mlm = config("seed"), config("strong-decoder"), config("decoder-only"), config("mlm")
+    assert (seed.decoder_condition, seed.decoder_attention_span, seed.decoder_num_layers, seed.mlm_loss_weight) == ("mean", 2, 3, 1)
+    assert (strong.decoder_condition, strong.decoder_attention_span) == ("mean", None)
+    assert (alone.decoder_condition, alone.decoder_attention_span, alone.mlm_loss_weight) == ("mean", 2, 0)
+    assert mlm.decoder_loss_weight == 0
+    steps = adaptation_run.results_after_first
+    assert steps["pubmedqa/seed/seed-1/adaptation"]["cls_information"] is not None
+    assert steps["pubmedqa/mlm/seed-1/adaptation"]["cls_information"] is None
+    assert steps["pubmedqa/decoder-only/seed-1/adaptation"]["mlm_loss"] is None
+
+
+def test_a_rerun_resumes_adding_the_few_shot_rows_without_redoing_a_step(adaptation_run):
+    before, after = adaptation_run.results_after_first, adaptation_run.results_after_second
+
+    assert all(after[key] == value for key, value in before.items())
+    added = sorted(set(after) - set(before))
+    assert added == sorted(f"pubmedqa/{arm}/seed-1/k=4" for arm in ("start", *ADAPTING_ARMS))
+    ran = [line for line in adaptation_run.second.stdout.splitlines() if re.match(r"\[pubmedqa/.*\] running", line)]
+    assert ran and all(line.split("]")[0].endswith("k=4") for line in ran)
+    for row in adaptation_run.few_shot["tables"]["pubmedqa"]["arms"]:
+        assert 0 <= row["summary"]["k=4 ndcg@10"]["mean"] <= 1
+
+
+def test_a_changed_budget_is_refused_in_its_work_folder_and_changes_nothing(adaptation_run):
+    assert adaptation_run.other_budget.returncode == 2
+    assert "holds a benchmark made with other settings (budget differ)" in adaptation_run.other_budget.stderr
+    assert adaptation_run.results_at_the_end == adaptation_run.results_after_second
+
+
+def test_the_claims_compare_per_seed_differences(adaptation_run):
+    claims = {item["claim"]: item for item in adaptation_run.few_shot["tables"]["pubmedqa"]["claims"]}
+    steps = adaptation_run.results_after_second
+
+    seed_over_tsdae = claims["SEED > TSDAE"]["differences"]
+    expected = steps["pubmedqa/seed/seed-1/zero-shot"]["ndcg@10"] - steps["pubmedqa/tsdae/seed-1/zero-shot"]["ndcg@10"]
+    assert seed_over_tsdae == [pytest.approx(expected)]
+    few_shot = claims["SEED then k=4 > the start then k=4"]["differences"]
+    assert few_shot == [pytest.approx(steps["pubmedqa/seed/seed-1/k=4"]["ndcg@10"] - steps["pubmedqa/start/seed-1/k=4"]["ndcg@10"])]

@@ -12,17 +12,20 @@ from transformers import BertConfig, BertForMaskedLM, BertModel
 from .configuration_seed import SeedEncoderConfig
 from .modeling_seed import SeedEncoderForMaskedLM, SeedEncoderForPreTraining, SeedEncoderModel
 
-# Every other SeedEncoderConfig field is one of BertConfig's (a test holds the two classes to that), so any SEED
-# encoder is expressible as BERT.
+# Fields of pretraining alone: the decoder's and the MLM term's weight. Every other SeedEncoderConfig field is one of
+# BertConfig's (a test holds the two classes to that), so any SEED encoder is expressible as BERT.
 DECODER_FIELD_PREFIX = "decoder_"
+PRETRAINING_LOSS_FIELDS = ("mlm_loss_weight",)
+
+
+def is_pretraining_field(name: str) -> bool:
+    return name.startswith(DECODER_FIELD_PREFIX) or name in PRETRAINING_LOSS_FIELDS
 
 
 def bert_config(config: SeedEncoderConfig) -> BertConfig:
-    """The BERT config of a SEED model's encoder (and MLM head): its encoder fields, without the decoder's."""
+    """The BERT config of a SEED model's encoder (and MLM head): its encoder fields, without pretraining's."""
     encoder_fields = {
-        name: getattr(config, name)
-        for name in SeedEncoderConfig.__annotations__
-        if not name.startswith(DECODER_FIELD_PREFIX)
+        name: getattr(config, name) for name in SeedEncoderConfig.__annotations__ if not is_pretraining_field(name)
     }
     return BertConfig(**encoder_fields, attn_implementation=config._attn_implementation, dtype=config.dtype)
 

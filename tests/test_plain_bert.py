@@ -11,7 +11,7 @@ from sentence_transformers.sparse_encoder.modules import Transformer as SparseTr
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, BertModel
 
 from modeling_seed import SeedEncoderConfig, SeedEncoderForMaskedLM, SeedEncoderForPreTraining, SeedEncoderModel, as_bert
-from modeling_seed.plain_bert import DECODER_FIELD_PREFIX, bert_config
+from modeling_seed.plain_bert import bert_config, is_pretraining_field
 from training.common.models import load_sentence_transformer, load_sparse_encoder
 
 TEXTS = ["a short query", "a longer passage about cells, proteins and the genes that encode them"]
@@ -23,14 +23,14 @@ def batch(tiny_seed_dir):
     return AutoTokenizer.from_pretrained(tiny_seed_dir)(TEXTS, padding=True, return_tensors="pt")
 
 
-def test_every_field_of_the_seed_encoder_but_the_decoders_is_a_bert_config_field():
+def test_every_field_of_the_seed_encoder_but_pretrainings_is_a_bert_config_field():
     """What makes every SEED encoder expressible as BERT: a new encoder field (rotary positions, say) fails here."""
-    encoder_fields = {name for name in SeedEncoderConfig.__annotations__ if not name.startswith(DECODER_FIELD_PREFIX)}
+    encoder_fields = {name for name in SeedEncoderConfig.__annotations__ if not is_pretraining_field(name)}
 
     assert encoder_fields <= set(BertConfig.__annotations__)
     assert set(SeedEncoderConfig.__annotations__) - encoder_fields == {
         "decoder_num_layers", "decoder_attention_span", "decoder_loss_weight", "decoder_num_attention_heads",
-        "decoder_intermediate_size", "decoder_start_token_id", "decoder_condition",
+        "decoder_intermediate_size", "decoder_start_token_id", "decoder_condition", "mlm_loss_weight",
     }
 
 

@@ -36,7 +36,6 @@ METRICS = ("ndcg@10", "recall@100")
 ZERO_SHOT = "zero-shot"
 ADAPTATION = "adaptation"
 PRETRAINING_METRICS = ("cls_information", "mlm_loss", "decoder_loss")
-# The fine-tuning's dev split is the slice of training queries it holds out: left at the recipe's default.
 
 
 @dataclass(frozen=True)

@@ -136,14 +136,23 @@ def describe_recipe(recipe, loss) -> dict:
     return {"loss": name, "negatives": negatives, "rounds": recipe.mining_rounds, "teacher": teacher}
 
 
+def final_choice(best: RoundPlan | None, kept_start_line: str | None) -> str:
+    if best is None:
+        return f"The final model is the starting checkpoint. {kept_start_line}"
+    return f"The final model is round {best.number}, the round with the best dev nDCG@10, which beat the starting checkpoint."
+
+
 def write_model_card(
     folder: Path, *, plans, best, start_metrics, test_metrics, model_args, data_args, recipe_summary, training_args,
     training_set, starting_kind, model_class: str, model_description: str, extra_columns: list[tuple[str, str]],
+    kept_start_line: str | None = None,
 ) -> None:
-    """Append the fine-tuning section to the card sentence-transformers wrote into `folder`, with its plot."""
+    """Append the fine-tuning section to the card sentence-transformers wrote into `folder`, with its plot. `best` is
+    the published round, or None when the start was kept (`kept_start_line` then says why)."""
     metric_key = f"dev_{PRIMARY_METRIC}"
     plot_training_curves(*curves(plans, start_metrics, metric_key), f"dev {PRIMARY_METRIC}", folder / CURVES_PLOT)
-    rows = [{"model": "starting checkpoint", "split": "dev", "metrics": _unprefixed(start_metrics, "dev")}]
+    start_row = "starting checkpoint" + (" (final)" if best is None else "")
+    rows = [{"model": start_row, "split": "dev", "metrics": _unprefixed(start_metrics, "dev")}]
     rows += [
         {"model": f"round {plan.number}" + (" (final)" if plan is best else ""), "split": "dev",
          "metrics": _unprefixed(plan.dev_metrics(), "dev")}
@@ -168,7 +177,8 @@ def write_model_card(
         },
         evaluation_rows=rows,
         extra_columns=extra_columns,
-        best_round=f"round {best.number}",
+        final_choice=final_choice(best, kept_start_line),
+        kept_start=best is None,
         command=shlex.join(sys.argv),
     )
     card = folder / "README.md"

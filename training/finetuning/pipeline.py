@@ -4,7 +4,8 @@ Training runs in rounds. Before each, the round's examples are built: training p
 negatives (given, mined by BM25, or ANCE-style from the current model's own index) and, with a
 teacher, its scores. Every input is checked before anything is written; an interrupted run
 resumes from its last whole round or checkpoint; the final model is the round with the best dev
-nDCG@10, and appears in the output folder only once it is complete. A SEED start is loaded, trained and
+nDCG@10, or the start itself, unchanged, when no round beats it there; it appears in the output folder only once it
+is complete. A SEED start is loaded, trained and
 saved as plain BERT (`common/models.py`), and the published folder carries the fields serving tools read
 (`common/serving.py`): it loads without this package or remote code.
 
@@ -247,6 +248,23 @@ def report_timings(path: Path, timer: PhaseTimer) -> None:
     logger.info("Wall time of this run, by phase:\n%s", "\n".join(breakdown_lines(breakdown)))
 
 
+def best_round(plans: list[RoundPlan], start_metrics: dict, metric: str) -> RoundPlan | None:
+    """The round with the best dev `metric`, or None when none beats the start: a run never publishes a model
+    that its own dev split found no better than the one it began from."""
+    best = max(plans, key=lambda plan: plan.dev_metrics()[metric])
+    return best if best.dev_metrics()[metric] > start_metrics[metric] else None
+
+
+def kept_start_line(plans: list[RoundPlan], start_metrics: dict, metric: str) -> str:
+    """What a run that kept its start says, in one line (the log and the card)."""
+    best = max(plans, key=lambda plan: plan.dev_metrics()[metric])
+    return (
+        f"No round beat the start on the dev split ({metric}: round {best.number} {best.dev_metrics()[metric]:.3f} "
+        f"<= start {start_metrics[metric]:.3f}): kept the start, its weights unchanged. The rounds' models stay in "
+        f"{STATE_DIR}/round-N/model."
+    )
+
+
 def finetune_in_rounds(
     family: RetrieverFamily, model, model_args, data_args, recipe, training_args, training_set: TrainingSet,
     test_collection: Collection | None, timer: PhaseTimer,
@@ -295,8 +313,14 @@ def finetune_in_rounds(
         with family.training(trainer):
             train_round(plan, trainer, timer)
 
-    best = max(plans, key=lambda plan: plan.dev_metrics()[evaluator.primary_metric])
-    final_model = family.load(str(best.model_dir), model_args)
+    best = best_round(plans, start_metrics, evaluator.primary_metric)
+    if best is None:
+        logger.warning(kept_start_line(plans, start_metrics, evaluator.primary_metric))
+        final_model = family.load(model_args.model_name_or_path, model_args)
+        fill_card_data(final_model, model_args, training_set)
+        final_model.model_card_data.train_datasets = []  # the published weights never saw them
+    else:
+        final_model = family.load(str(best.model_dir), model_args)
     test_metrics = None
     if test_collection is not None:
         split = data_args.eval_split
@@ -312,7 +336,10 @@ def finetune_in_rounds(
         with timer.phase(SAVING):
             staged = staging_dir(str(output_dir))
             shutil.rmtree(staged, ignore_errors=True)
-            shutil.copytree(best.model_dir, staged)
+            if best is None:  # the start as loaded, its weights unchanged (a SEED start as plain BERT)
+                final_model.save_pretrained(staged)
+            else:
+                shutil.copytree(best.model_dir, staged)
             add_serving_fields(staged, final_model.max_seq_length)
             write_model_card(
                 staged,
@@ -329,6 +356,7 @@ def finetune_in_rounds(
                 model_class=family.name,
                 model_description=family.describe(final_model),
                 extra_columns=[(stat, header) for stat, header, _ in STAT_COLUMNS] if family.sparse else [],
+                kept_start_line=kept_start_line(plans, start_metrics, evaluator.primary_metric) if best is None else None,
             )
             publish_final_model(str(output_dir))
             if training_args.push_to_hub:

@@ -1,0 +1,122 @@
+"""A fine-tuning run never publishes a model that its own dev split found no better than the start.
+
+The start is a candidate like every round: the final model is the best round on dev only when that round beats
+the start; else the run says so in one line, the card says so, and the start's weights are published unchanged.
+The run below is all-MiniLM-L6-v2 trained at a rate far too high for it (1e-3) on a slice of SciFact, which a
+trained retriever does not survive.
+"""
+
+import json
+import logging
+
+import pytest
+import torch
+
+from finetune_helpers import PROBE_TEXTS, TINY_FINETUNE, finetune, round_dir
+from pretrain_helpers import weights
+from training.common.models import load_sentence_transformer
+from training.finetuning.pipeline import best_round
+from training.finetuning.rounds import DEV_METRICS_FILE, RoundPlan
+
+
+class CapturedWarnings(logging.Handler):
+    """The pipeline's warnings during the run (module fixtures cannot use `caplog`)."""
+
+    def __enter__(self):
+        self.lines = []
+        logging.getLogger("training").addHandler(self)
+        return self.lines
+
+    def __exit__(self, *exc):
+        logging.getLogger("training").removeHandler(self)
+
+    def emit(self, record):
+        if record.levelno >= logging.WARNING:
+            self.lines.append(record.getMessage())
+
+
+@pytest.fixture(scope="module")
+def wrecked_run(minilm_dir, scifact_slice, tmp_path_factory):
+    out = tmp_path_factory.mktemp("wrecked") / "st"
+    with CapturedWarnings() as lines:
+        assert finetune([
+            "--model_name_or_path", minilm_dir, "--data_dir", scifact_slice, "--output_dir", out, *TINY_FINETUNE,
+            "--negatives", "bm25", "--mining_rounds", "1", "--dev_fraction", "0.3",
+        ]) == 0
+    return out, lines
+
+
+def dev_ndcg(path) -> float:
+    return json.loads(path.read_text())["dev_ndcg@10"]
+
+
+def test_a_round_worse_than_the_start_on_dev_is_not_published(wrecked_run, minilm_dir):
+    out, _ = wrecked_run
+    start, trained = dev_ndcg(out / "finetuning" / "start_dev_metrics.json"), dev_ndcg(round_dir(out, 1) / DEV_METRICS_FILE)
+    published, start_weights = weights(out), weights(minilm_dir)
+
+    assert trained < start  # the premise: the rate wrecked the retriever, and the dev split saw it
+    # MiniLM's file also holds the position ids, a buffer transformers rebuilds and no longer saves
+    assert published.keys() == start_weights.keys() - {"embeddings.position_ids"}
+    assert all(torch.equal(published[name], start_weights[name]) for name in published)
+    assert weights(round_dir(out, 1) / "model").keys() == published.keys()  # the round's model is kept beside
+
+
+def test_the_kept_start_encodes_as_the_start_does(wrecked_run, minilm_dir):
+    out, _ = wrecked_run
+    published = load_sentence_transformer(str(out)).encode(PROBE_TEXTS, convert_to_tensor=True)
+    start = load_sentence_transformer(str(minilm_dir)).encode(PROBE_TEXTS, convert_to_tensor=True)
+
+    assert torch.equal(published, start)
+
+
+def test_the_run_and_the_card_say_the_start_was_kept_and_by_how_much(wrecked_run):
+    out, warnings = wrecked_run
+    start, trained = dev_ndcg(out / "finetuning" / "start_dev_metrics.json"), dev_ndcg(round_dir(out, 1) / DEV_METRICS_FILE)
+    line = (
+        f"No round beat the start on the dev split (dev_ndcg@10: round 1 {trained:.3f} <= start {start:.3f}): "
+        "kept the start, its weights unchanged."
+    )
+    card = (out / "README.md").read_text()
+
+    assert [warning for warning in warnings if warning.startswith("No round beat the start")] == [
+        line + " The rounds' models stay in finetuning/round-N/model."
+    ]
+    assert "The final model is the starting checkpoint. " + line in card
+    assert "| starting checkpoint (final) | dev |" in card and "| round 1 | dev |" in card
+    assert "This SentenceTransformer is its starting checkpoint, unchanged" in card and "was fine-tuned" not in card
+
+
+def test_the_kept_starts_card_is_the_starts_own_followed_by_the_runs_section(wrecked_run, minilm_dir):
+    """The published model is the start, so its own card still describes it (all-MiniLM-L6-v2's training data,
+    licence, usage); the run's section after it says what was tried and why it was not kept."""
+    published = (wrecked_run[0] / "README.md").read_text()
+    start = (minilm_dir / "README.md").read_text()
+
+    assert published.startswith(start.rstrip())
+    assert published.index("## Fine-tuned with seed-encoder") > len(start.rstrip())
+
+
+def rounds_scoring(tmp_path, *scores) -> list[RoundPlan]:
+    plans = []
+    for number, score in enumerate(scores, start=1):
+        plan = RoundPlan(number, tmp_path / f"round-{number}")
+        plan.folder.mkdir()
+        (plan.folder / DEV_METRICS_FILE).write_text(json.dumps({"dev_ndcg@10": score}))
+        plans.append(plan)
+    return plans
+
+
+@pytest.mark.parametrize(
+    ("round_scores", "start_score", "chosen"),
+    [
+        ((0.60, 0.70), 0.65, 2),  # the best round beats the start
+        ((0.70, 0.60), 0.65, 1),  # the best round need not be the last
+        ((0.60, 0.64), 0.65, None),  # no round beats the start: the start
+        ((0.65, 0.50), 0.65, None),  # a tie is not a gain: the start, whose weights nobody has to trust anew
+    ],
+)
+def test_the_final_model_is_the_best_round_only_where_it_beats_the_start(tmp_path, round_scores, start_score, chosen):
+    best = best_round(rounds_scoring(tmp_path, *round_scores), {"dev_ndcg@10": start_score}, "dev_ndcg@10")
+
+    assert (None if best is None else best.number) == chosen

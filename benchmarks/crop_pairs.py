@@ -24,7 +24,8 @@ from training.common.corpus import embedded_corpus_passages
 from training.common.models import load_sentence_transformer
 from training.evaluation.evaluate import evaluate_retriever
 from training.evaluation.retrievers import DenseRetriever
-from training.finetuning.data import random_crop, training_set_from_crops
+from training.finetuning.data import training_set_from_passages
+from training.finetuning.pseudo_queries import random_crop
 
 DEV_FRACTION, SEED = 0.1, 42  # the fine-tuning defaults
 
@@ -57,7 +58,7 @@ def main() -> None:
     limit_threads()
 
     passages = embedded_corpus_passages()
-    pairs_set = training_set_from_crops(passages, DEV_FRACTION, None, SEED, "python-docs", "bundled documentation")
+    pairs_set = training_set_from_passages(passages, DEV_FRACTION, None, SEED, "python-docs", "bundled documentation")
     pairs = [
         (pairs_set.queries[query_id], pairs_set.corpus[pairs_set.positives(query_id)[0]]) for query_id in pairs_set.queries
     ]

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from training.evaluation.collection import load_collection
-from training.finetuning.data import training_set_from_beir, training_set_from_crops, training_set_from_pairs
+from training.finetuning.data import training_set_from_beir, training_set_from_passages, training_set_from_pairs
 from training.finetuning.examples import examples_dataset
 
 DEV_FRACTION = 0.3
@@ -55,8 +55,8 @@ def test_pairs_file_holds_dev_queries_out_of_training(tmp_path):
 def test_crops_hold_dev_passages_out_of_training(scifact_slice, seed):
     passages = [json.loads(line)["text"] for line in (scifact_slice / "corpus.jsonl").read_text().splitlines()][:40]
 
-    training_set = training_set_from_crops(passages, DEV_FRACTION, None, seed, "slice", "slice abstracts")
-    few_shot = training_set_from_crops(passages, DEV_FRACTION, 8, seed, "slice", "slice abstracts")
+    training_set = training_set_from_passages(passages, DEV_FRACTION, None, seed, "slice", "slice abstracts")
+    few_shot = training_set_from_passages(passages, DEV_FRACTION, 8, seed, "slice", "slice abstracts")
 
     assert len(training_set.queries) + len(training_set.dev.queries) == 40
     every_query = set(training_set.queries) | set(training_set.dev.queries)

@@ -10,7 +10,7 @@ from sentence_transformers.base.data_collator import BaseDataCollator
 from transformers import TrainerControl, TrainerState, TrainingArguments
 
 from finetune_helpers import TINY_FINETUNE, finetune
-from training.finetuning.data import training_set_from_crops
+from training.finetuning.data import training_set_from_passages
 from training.finetuning.pipeline import round_dataset
 
 PASSAGES = 40
@@ -19,7 +19,7 @@ PASSAGES = 40
 @pytest.fixture(scope="module")
 def crops(scifact_slice):
     passages = [json.loads(line)["text"] for line in (scifact_slice / "corpus.jsonl").read_text().splitlines()]
-    training_set = training_set_from_crops(passages[:PASSAGES], 0.3, None, 3, "slice", "slice abstracts")
+    training_set = training_set_from_passages(passages[:PASSAGES], 0.3, None, 3, "slice", "slice abstracts")
     documents = sorted(training_set.corpus)
     examples = [(query_id, positive, [documents[index]]) for index, (query_id, positive) in enumerate(training_set.pairs())]
     return training_set, examples
@@ -90,3 +90,21 @@ def test_the_trainer_sees_new_crops_in_its_second_epoch(scifact_slice, tiny_seed
     second_epoch = {query for batch in batches[steps_per_epoch:] for query in batch}
     assert len(first_epoch) == len(second_epoch) == PASSAGES - round(PASSAGES * 0.3)
     assert len(first_epoch & second_epoch) < 0.2 * len(first_epoch)
+
+
+def test_with_mixed_pseudo_queries_only_the_crop_pairs_are_drawn_afresh(scifact_slice):
+    passages = [json.loads(line)["text"] for line in (scifact_slice / "corpus.jsonl").read_text().splitlines()]
+    training_set = training_set_from_passages(passages[:PASSAGES], 0.3, None, 3, "slice", "slice abstracts", ("crops", "sentences"))
+    examples = [(query_id, positive, []) for query_id, positive in training_set.pairs()]
+    dataset, callbacks = round_dataset(training_set, examples, None, "3/1")
+
+    first, second = (rows_in_epoch(dataset, callbacks, epoch) for epoch in (0.0, 1.0))
+    cropped = [query_id in training_set.passages for query_id, _, _ in examples]
+
+    assert 0 < sum(cropped) < len(examples)
+    for crop, row, later, (query_id, positive, _) in zip(cropped, first, second, examples):
+        if crop:
+            assert is_crop_of(row["query"], training_set.passages[query_id])
+        else:  # a sentence and the passage it was cut from, every epoch
+            assert row == later == {"query": training_set.queries[query_id], "positive": training_set.corpus[positive]}
+    assert np.mean([a["query"] != b["query"] for a, b, crop in zip(first, second, cropped) if crop]) > 0.8

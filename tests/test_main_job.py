@@ -23,7 +23,7 @@ from finetune_helpers import PROBE_TEXTS, encoded_in_plain_environment, plain_be
 from training.common.corpus import embedded_corpus_passages
 from training.evaluation.evaluator import RetrievalEvaluator
 from training.finetuning.arguments import FinetuningModelArguments
-from training.finetuning.data import training_set_from_crops
+from training.finetuning.data import training_set_from_passages
 from training.finetuning.families import DENSE
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -131,7 +131,7 @@ def test_the_default_fine_tuning_lifts_the_main_jobs_model_on_its_own_dev_split(
     finished, start_dir, fine_tuned_dir = chain
     assert finished.returncode == 0, finished.stderr[-3000:]
     assert "Fine-tuned model written to seed-encoder-st" in finished.stdout
-    dev = training_set_from_crops(embedded_corpus_passages(), DEV_FRACTION, None, FINETUNING_SEED, "docs", "docs").dev
+    dev = training_set_from_passages(embedded_corpus_passages(), DEV_FRACTION, None, FINETUNING_SEED, "docs", "docs").dev
     start = DENSE.load(str(start_dir), FinetuningModelArguments(str(start_dir)))
     fine_tuned = SentenceTransformer(str(fine_tuned_dir))
 

@@ -9,6 +9,7 @@ from sentence_transformers.base.sampler import BatchSamplers
 from ..common.errors import InputError
 from ..common.model_cards import check_hub_model_id
 from ..evaluation.embedding_cache import default_cache_dir
+from .pseudo_queries import CROPS, PSEUDO_QUERY_KINDS, TITLES
 
 NEGATIVE_SOURCES = ("none", "bm25", "self")
 # The learning rate for trained checkpoints (all-MiniLM-L6-v2, splade-tiny). A small SEED-Encoder pre-trained for
@@ -108,6 +109,19 @@ class FinetuningDataArguments:
         },
     )
     text_column: str = field(default="text", metadata={"help": "JSON field or column of --corpus_file holding the text."})
+    pseudo_queries: list[str] = field(
+        default_factory=lambda: [CROPS],
+        metadata={
+            "help": "With --corpus_file or the bundled corpus: the kinds of pseudo-query each passage may make, one a "
+            "passage, drawn among those it allows when several are given. crops: two independent random crops "
+            "(Contriever); sentences: one sentence as the query, cut from the passage it must find 90%% of the time "
+            "(Inverse Cloze Task); titles: a JSON-lines record's --title_column as the query of its text.",
+            "choices": list(PSEUDO_QUERY_KINDS),
+        },
+    )
+    title_column: str = field(
+        default="title", metadata={"help": "JSON field of --corpus_file holding a passage's title (--pseudo_queries titles)."}
+    )
     max_train_queries: int | None = field(
         default=None,
         metadata={
@@ -143,6 +157,19 @@ class FinetuningDataArguments:
             raise InputError(
                 "--corpus_file builds unsupervised pairs and is used only without --data_dir or --train_file; "
                 "drop one of them."
+            )
+        if self.pseudo_queries != [CROPS] and (self.data_dir or self.train_file):
+            raise InputError(
+                f"--pseudo_queries {' '.join(self.pseudo_queries)}: pseudo-queries are made from a corpus alone "
+                "(--corpus_file), not from --data_dir or --train_file, whose queries are real; drop one of them."
+            )
+        if not self.pseudo_queries:
+            raise InputError(f"--pseudo_queries: give at least one of {', '.join(PSEUDO_QUERY_KINDS)}.")
+        self.pseudo_queries = list(dict.fromkeys(self.pseudo_queries))
+        if TITLES in self.pseudo_queries and not self.corpus_file:
+            raise InputError(
+                "--pseudo_queries titles needs --corpus_file, JSON lines whose records have a title (--title_column); "
+                "the bundled corpus has none."
             )
         if self.eval_split and not self.data_dir:
             raise InputError(f"--eval_split {self.eval_split} needs --data_dir, the collection it is a split of.")

@@ -2,7 +2,7 @@
 
 Three sources give the same shape, so mining, distillation and training never ask where the pairs
 came from: a BEIR-layout folder, a JSON-lines file of (query, positive, negatives), or the
-passages of a corpus, paired Contriever-style as two independent random crops of one passage.
+passages of a corpus, each making one pseudo-query (crops, a sentence, a title: `pseudo_queries.py`).
 """
 
 import hashlib
@@ -13,12 +13,10 @@ from pathlib import Path
 from ..common.errors import InputError
 from ..common.json_lines import json_lines
 from ..evaluation.collection import Collection, load_collection
+from .pseudo_queries import CROPS, MIN_CROP_WORDS, describe_kinds, pseudo_pair
 
 DEV_SPLIT = "dev"
 PAIR_FIELDS = ("query", "positive")
-# Contriever's crops: each a contiguous span of 10-50% of the passage, here at least a few words.
-CROP_RATIO = (0.1, 0.5)
-MIN_CROP_WORDS = 4
 
 
 @dataclass
@@ -38,7 +36,7 @@ class TrainingSet:
     name: str
     description: str
     given_negatives: dict[str, list[str]] = field(default_factory=dict)
-    # Crop pairs only: the passage each training query was cropped from (fine-tuning draws fresh crops of it).
+    # Crop pairs only: the passage each crop query was cropped from (fine-tuning draws fresh crops of it).
     passages: dict[str, str] = field(default_factory=dict)
 
     def positives(self, query_id: str) -> list[str]:
@@ -154,37 +152,58 @@ def training_set_from_pairs(path: str, dev_fraction: float, max_train_queries: i
     return training_set
 
 
-def random_crop(words: list[str], rng: random.Random) -> str:
-    low, high = (max(MIN_CROP_WORDS, round(len(words) * ratio)) for ratio in CROP_RATIO)
-    length = min(len(words), rng.randint(low, high))
-    start = rng.randint(0, len(words) - length)
-    return " ".join(words[start : start + length])
+def titled_passages(files: list[str], text_column: str, title_column: str) -> tuple[list[str], list[str | None]]:
+    """(texts, titles) of JSON-lines corpus files, blank texts left out; a record without a title has None."""
+    texts, titles = [], []
+    for name in files:
+        path = Path(name)
+        if path.suffix.lower() not in (".json", ".jsonl"):
+            raise InputError(
+                f"--corpus_file {path}: --pseudo_queries titles reads each record's {title_column!r} field, so the "
+                "corpus must be JSON lines (.jsonl) like a BEIR corpus.jsonl. Pass such a file, or drop titles."
+            )
+        hint = f'Each line is one JSON object like {{"{title_column}": "...", "{text_column}": "..."}}.'
+        for line_number, record in json_lines(path, (text_column,), hint=hint, argument="--corpus_file"):
+            text, title = record[text_column], record.get(title_column)
+            if not isinstance(text, str) or not (title is None or isinstance(title, str)):
+                raise InputError(
+                    f"--corpus_file {path}, line {line_number}: {text_column!r} and {title_column!r} must be texts. {hint}"
+                )
+            if text.strip():
+                texts.append(text)
+                titles.append(title)
+    return texts, titles
 
 
-def training_set_from_crops(
-    passages: list[str], dev_fraction: float, max_train_queries: int | None, seed: int, name: str, description: str
+def training_set_from_passages(
+    passages: list[str], dev_fraction: float, max_train_queries: int | None, seed: int, name: str, description: str,
+    kinds: tuple[str, ...] = (CROPS,), titles: list[str | None] | None = None,
 ) -> TrainingSet:
-    """Unsupervised pairs: for each passage, one random crop is the query and another the document it must find."""
+    """Unsupervised pairs: each passage (with its title, where `titles` gives one) makes one pseudo-query and the
+    document it must find, of a kind among `kinds` (`pseudo_queries.py`)."""
     rng = random.Random(seed)
-    queries, corpus, qrels, sources = {}, {}, {}, {}
+    queries, corpus, qrels, sources, made = {}, {}, {}, {}, dict.fromkeys(kinds, 0)
     for index, passage in enumerate(passages):
-        words = passage.split()
-        if len(words) < 2 * MIN_CROP_WORDS:
+        pair = pseudo_pair(passage, titles[index] if titles else None, kinds, rng)
+        if pair is None:
             continue
         query_id, doc_id = f"q{index}", f"d{index}"
-        queries[query_id], corpus[doc_id] = random_crop(words, rng), random_crop(words, rng)
+        queries[query_id], corpus[doc_id] = pair.query, pair.document
         qrels[query_id] = {doc_id: 1}
-        sources[query_id] = passage
+        made[pair.kind] += 1
+        if pair.kind == CROPS:
+            sources[query_id] = passage
     if len(queries) < 10:
         raise InputError(
-            f"{description}: only {len(queries)} passages have {2 * MIN_CROP_WORDS} words or more; unsupervised pairs "
-            "need at least 10. Pass a larger --corpus_file."
+            f"{description}: only {len(queries)} passages make a pseudo-query of the kinds asked for "
+            f"({', '.join(kinds)}: crops need {2 * MIN_CROP_WORDS} words or more, sentences two sentences, titles a "
+            "title); unsupervised pairs need at least 10. Pass a larger --corpus_file, or other --pseudo_queries."
         )
     whole = Collection(name="train", corpus=corpus, queries=queries, qrels=qrels)
+    counts = ", ".join(f"{count} {kind}" for kind, count in made.items())
     training_set = _with_held_out_dev(
         whole, dev_fraction, max_train_queries, seed, name,
-        f"{description}, passages as pairs of independent random crops (Contriever; new crops every epoch unless a "
-        "teacher scored the fixed pairs)",
+        f"{description}, one pseudo-query a passage ({counts}): {describe_kinds(kinds)}",
     )
-    training_set.passages = {query_id: sources[query_id] for query_id in training_set.queries}
+    training_set.passages = {query_id: sources[query_id] for query_id in training_set.queries if query_id in sources}
     return training_set

@@ -14,7 +14,8 @@ import random
 from datasets import Dataset
 from transformers import TrainerCallback
 
-from .data import TrainingSet, random_crop
+from .data import TrainingSet
+from .pseudo_queries import random_crop
 
 PASSAGE_COLUMN, QUERY_ID_COLUMN = "passage", "query_id"  # what the draw reads; the loss never sees them
 
@@ -28,20 +29,24 @@ class FreshCrops(TrainerCallback):
         self.epoch = 0
 
     def apply(self, dataset: Dataset, training_set: TrainingSet, query_ids: list[str]) -> Dataset:
-        """`dataset` (one row per example of `query_ids`) with its query and positive drawn on each read."""
-        dataset = dataset.add_column(PASSAGE_COLUMN, [training_set.passages[query_id] for query_id in query_ids])
+        """`dataset` (one row per example of `query_ids`) with the query and positive of each crop pair drawn on each
+        read; other pseudo-queries (a sentence, a title) keep theirs."""
+        passages = [training_set.passages.get(query_id, "") for query_id in query_ids]
+        dataset = dataset.add_column(PASSAGE_COLUMN, passages)
         dataset = dataset.add_column(QUERY_ID_COLUMN, query_ids)
         dataset.set_transform(self.draw)
         return dataset
 
     def draw(self, batch: dict) -> dict:
         columns = {name: values for name, values in batch.items() if name not in (PASSAGE_COLUMN, QUERY_ID_COLUMN)}
-        queries, positives = [], []
-        for query_id, passage in zip(batch[QUERY_ID_COLUMN], batch[PASSAGE_COLUMN]):
+        queries, positives = list(columns["query"]), list(columns["positive"])
+        for row, (query_id, passage) in enumerate(zip(batch[QUERY_ID_COLUMN], batch[PASSAGE_COLUMN])):
+            if not passage:
+                continue
             rng = random.Random(f"{self.seed}/{self.epoch}/{query_id}")
             words = passage.split()
-            queries.append(random_crop(words, rng))
-            positives.append(random_crop(words, rng))
+            queries[row] = random_crop(words, rng)
+            positives[row] = random_crop(words, rng)
         return {**columns, "query": queries, "positive": positives}
 
     def on_epoch_begin(self, args, state, control, **kwargs):

@@ -55,11 +55,18 @@ from .arguments import (
     RecipeArguments,
     SeedFinetuningArguments,
 )
-from .data import TrainingSet, training_set_from_beir, training_set_from_crops, training_set_from_pairs
+from .data import (
+    TrainingSet,
+    titled_passages,
+    training_set_from_beir,
+    training_set_from_pairs,
+    training_set_from_passages,
+)
 from .examples import examples_dataset, own_index_scores
 from .families import RetrieverFamily, retriever_family
 from .fresh_crops import FreshCrops
 from .model_card import describe_recipe, fill_card_data, write_model_card
+from .pseudo_queries import TITLES
 from .rounds import SAVING, RoundPlan, prepare_examples, train_round, write_json_atomically
 from .teachers import check_teacher_specs, load_teacher
 
@@ -79,16 +86,23 @@ def load_training_set(data_args: FinetuningDataArguments, seed: int) -> Training
         )
     if data_args.train_file:
         return training_set_from_pairs(data_args.train_file, data_args.dev_fraction, data_args.max_train_queries, seed)
+    titles = None
     if data_args.corpus_file:
-        corpus = load_raw_corpus(data_args.corpus_file, None, data_args.text_column, argument="--corpus_file")
-        passages = corpus[data_args.text_column]
+        if TITLES in data_args.pseudo_queries:
+            passages, titles = titled_passages(data_args.corpus_file, data_args.text_column, data_args.title_column)
+        else:
+            corpus = load_raw_corpus(data_args.corpus_file, None, data_args.text_column, argument="--corpus_file")
+            passages = corpus[data_args.text_column]
         name = ", ".join(Path(file).name for file in data_args.corpus_file)
         description = ", ".join(f"`{Path(file).name}`" for file in data_args.corpus_file)
     else:
         passages = embedded_corpus_passages()
         name = "CPython documentation (pydoc_data)"
         description = "CPython's bundled reference documentation (`pydoc_data.topics`)"
-    return training_set_from_crops(passages, data_args.dev_fraction, data_args.max_train_queries, seed, name, description)
+    return training_set_from_passages(
+        passages, data_args.dev_fraction, data_args.max_train_queries, seed, name, description,
+        tuple(data_args.pseudo_queries), titles,
+    )
 
 
 def check_starting_point(path: str) -> None:

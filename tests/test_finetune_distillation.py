@@ -143,7 +143,7 @@ def test_ensemble_labels_are_the_mean_of_each_teachers_standardised_scores(
     # Dense labels live on the cosine scale: the standardised scores divided by the similarity scale.
     np.testing.assert_allclose(saved * 20, np.mean(by_teacher, axis=0), rtol=1e-4, atol=1e-4)
     card = (out / "README.md").read_text()
-    assert f"bm25 + {cross_encoder_dir} (kl, scores standardised and averaged)" in card
+    assert f"bm25 + {cross_encoder_dir} (kl, scores standardised, averaged, times 1 / similarity_scale)" in card
     assert "DistillKLDivLoss" in card
 
 

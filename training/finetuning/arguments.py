@@ -11,6 +11,8 @@ from ..common.model_cards import check_hub_model_id
 from ..evaluation.embedding_cache import default_cache_dir
 from .pseudo_queries import CROPS, PSEUDO_QUERY_KINDS, TITLES
 
+OWN_SCALE, SIMILARITY_SCALE = "own", "similarity_scale"
+
 NEGATIVE_SOURCES = ("none", "bm25", "self")
 # The learning rate for trained checkpoints (all-MiniLM-L6-v2, splade-tiny). A small SEED-Encoder pre-trained for
 # minutes is far from converged: at 2e-5 the default fine-tuning left the seed-tiny chain's dev nDCG@10 where it
@@ -207,7 +209,9 @@ class RecipeArguments:
     teacher: list[str] | None = field(
         default=None,
         metadata={
-            "help": "Distillation teachers: bm25, local SentenceTransformer, SparseEncoder or CrossEncoder folders, or "
+            "help": "Distillation teachers: bm25, start (the starting checkpoint itself, frozen, scoring as the "
+            "student does: a label-free run cannot drift where it does not follow), local SentenceTransformer, "
+            "SparseEncoder or CrossEncoder folders, or "
             "transformers checkpoints as sparse:PATH (SPLADE over the MLM head, e.g. splade-tiny) or dense:PATH. "
             "Several form an ensemble (each teacher's scores standardised over all the round's pairs, then averaged, as "
             "SPLADE++'s EnsembleDistil)."
@@ -215,6 +219,17 @@ class RecipeArguments:
     )
     distillation: str = field(
         default="margin_mse", metadata={"help": "With --teacher: margin_mse (MarginMSE) or kl (KL divergence)."}
+    )
+    teacher_label_scale: str | None = field(
+        default=None,
+        metadata={
+            "help": "With --teacher: what the standardised teacher scores are multiplied by to be on the student's "
+            "scale. own: the spread (standard deviation) of the student's own scores of the round's pairs, so "
+            "distillation reshapes its ranking rather than first shrinking or stretching every margin (the default "
+            "of sparse students, and of label-free runs: --corpus_file); similarity_scale: 1 / --similarity_scale, "
+            "one fixed cosine unit (the default of dense students with real queries).",
+            "choices": [OWN_SCALE, SIMILARITY_SCALE],
+        },
     )
     mini_batch_size: int | None = field(
         default=None,
@@ -258,6 +273,8 @@ class RecipeArguments:
                 "--teacher distils the teacher's scores of (query, positive, negatives), which needs hard negatives: "
                 "pass --negatives bm25 or self."
             )
+        if self.teacher_label_scale and not self.teacher:
+            raise InputError(f"--teacher_label_scale {self.teacher_label_scale} scales a teacher's scores: pass --teacher.")
         if self.teacher and self.mini_batch_size is not None:
             raise InputError("--mini_batch_size applies to the in-batch loss; distillation (--teacher) does not use it.")
 

@@ -27,8 +27,8 @@ def teacher_scores(teacher, training_set: TrainingSet, examples: list[tuple[str,
 
 
 def own_index_scores(index, training_set: TrainingSet, examples: list[tuple[str, str, list[str]]]) -> np.ndarray:
-    """(examples, 1 + negatives) scores of each example's positive then negatives by the sparse model whose index of
-    the training corpus `index` is (a SparseRetriever): its documents are not encoded again."""
+    """(examples, 1 + negatives) scores of each example's positive then negatives by the model whose index of the
+    training corpus `index` is (a SparseRetriever or DenseRetriever): its documents are not encoded again."""
     return index.pair_scores(*scored_pairs(training_set, examples)).reshape(len(examples), -1)
 
 

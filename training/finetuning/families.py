@@ -15,7 +15,7 @@ from sentence_transformers import SentenceTransformerTrainer, SparseEncoderTrain
 from ..common.errors import InputError
 from ..common.models import has_mlm_head, load_sentence_transformer, load_sparse_encoder, model_kind
 from ..common.sparse_encoding import tiled_splade_training
-from .arguments import FinetuningModelArguments, RecipeArguments
+from .arguments import OWN_SCALE, SIMILARITY_SCALE, FinetuningModelArguments, RecipeArguments
 from .losses import SparseRegularisation, build_loss
 
 # Longest input when neither the user nor the starting model says otherwise.
@@ -61,9 +61,15 @@ class RetrieverFamily:
         scale (splade-tiny's spread over SciFact training pairs is about 16, against a standardised teacher's 1), so
         the spread (standard deviation) of `own_scores()`, the student's own scores of the round's pairs: then
         distillation reshapes its ranking instead of first shrinking every score towards the teacher's units."""
-        if not self.sparse:
+        if recipe.teacher_label_scale == SIMILARITY_SCALE:
             return 1.0 / recipe.similarity_scale
         return float(np.std(own_scores())) or 1.0
+
+    def default_label_scale(self, label_free: bool) -> str:
+        """`--teacher_label_scale` when not given: the student's own spread for a sparse student, and for a dense one
+        trained on pseudo-queries, whose teacher margins (BM25 and the start) would otherwise arrive a fraction of
+        the start's own (all-MiniLM-L6-v2's cosine margins spread about 4 times 1 / similarity_scale)."""
+        return OWN_SCALE if self.sparse or label_free else SIMILARITY_SCALE
 
     def describe(self, model) -> str:
         if self.sparse:

@@ -129,7 +129,8 @@ def describe_recipe(recipe, loss) -> dict:
         )
     teacher = "none"
     if recipe.teacher:
-        teacher = f"{' + '.join(recipe.teacher)} ({recipe.distillation}, scores standardised and averaged)"
+        scale = {"own": "the student's own spread", "similarity_scale": "1 / similarity_scale"}[recipe.teacher_label_scale]
+        teacher = f"{' + '.join(recipe.teacher)} ({recipe.distillation}, scores standardised, averaged, times {scale})"
     name = type(loss).__name__
     if isinstance(loss, (SpladeLoss, CachedSpladeLoss)):  # it wraps the ranking loss it regularises
         name = f"{name}({type(loss.loss).__name__})"

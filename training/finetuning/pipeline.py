@@ -68,7 +68,7 @@ from .fresh_crops import FreshCrops
 from .model_card import describe_recipe, fill_card_data, write_model_card
 from .pseudo_queries import TITLES
 from .rounds import SAVING, RoundPlan, prepare_examples, train_round, write_json_atomically
-from .teachers import check_teacher_specs, load_teacher
+from .teachers import check_teacher_specs, load_teacher, with_start_teacher
 
 logger = logging.getLogger(__name__)
 # Everything but the final model: the run's arguments, metrics and rounds. Left out of Hub uploads.
@@ -234,7 +234,11 @@ def run_finetuning(
     if training_args.learning_rate is None:
         training_args.learning_rate = default_learning_rate(model_args.model_name_or_path)
     family = retriever_family(model_args)
+    if recipe.teacher:
+        recipe.teacher = with_start_teacher(recipe.teacher, model_args.model_name_or_path, family.sparse)
     check_teacher_specs(recipe.teacher or [])
+    if recipe.teacher_label_scale is None:
+        recipe.teacher_label_scale = family.default_label_scale(label_free=not (data_args.data_dir or data_args.train_file))
     training_set = load_training_set(data_args, training_args.seed)
     test_collection = None
     if data_args.eval_split:

@@ -15,6 +15,7 @@ from ..common.sparse_encoding import encode_sparse
 from ..evaluation.retrievers import BM25Retriever
 
 BM25_TEACHER = "bm25"
+START_TEACHER = "start"  # the starting checkpoint, frozen
 
 
 class BiEncoderTeacher:
@@ -91,7 +92,7 @@ class EnsembleTeacher:
 
 
 TEACHER_FORMS = (
-    "bm25, a local SentenceTransformer, SparseEncoder or CrossEncoder folder, or a transformers checkpoint as "
+    "bm25, start (the starting checkpoint), a local SentenceTransformer, SparseEncoder or CrossEncoder folder, or a transformers checkpoint as "
     "sparse:PATH (SPLADE over its masked-LM head) or dense:PATH (nothing is downloaded)"
 )
 
@@ -123,6 +124,15 @@ def teacher_kind(spec: str) -> str:
         )
     held = "a checkpoint without a masked-LM head" if kind == "transformers" else f"a {kind} model"
     raise InputError(f"--teacher {spec}: {path} holds {held}, which cannot score pairs as {form}. A teacher is {TEACHER_FORMS}.")
+
+
+def with_start_teacher(specs: list[str], start: str, sparse: bool) -> list[str]:
+    """`specs` with `start` (the starting checkpoint) in place of "start", as the student scores: a
+    sentence-transformers folder as what it is, a bare checkpoint as the student's family."""
+    if START_TEACHER not in specs:
+        return specs
+    spec = start if model_kind(start) in ("sentence-transformer", "sparse-encoder") else f"{'sparse' if sparse else 'dense'}:{start}"
+    return [spec if name == START_TEACHER else name for name in specs]
 
 
 def check_teacher_specs(specs: list[str]) -> None:

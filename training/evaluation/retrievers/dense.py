@@ -86,5 +86,14 @@ class DenseRetriever(Retriever):
             raise RuntimeError(f"{self.name}: index a corpus first.")
         return self._index.reconstruct_n(0, self._index.ntotal)
 
+    def pair_scores(self, queries: list[str], document_ids: list[str]) -> np.ndarray:
+        """The model's similarities of the (query text, indexed document id) pairs: each distinct query encoded once,
+        each document's vector read from the index instead of being encoded again."""
+        query_rows = {text: row for row, text in enumerate(dict.fromkeys(queries))}
+        query_vectors = self._vectors(self._embeddings(self.model.encode_query, list(query_rows)))
+        document_rows = {document_id: row for row, document_id in enumerate(self.document_ids)}
+        document_vectors = self.corpus_vectors()[[document_rows[document_id] for document_id in document_ids]]
+        return np.einsum("ij,ij->i", query_vectors[[query_rows[text] for text in queries]], document_vectors)
+
     def stats(self) -> dict[str, float]:
         return {**super().stats(), "corpus_from_cache": float(self.corpus_from_cache)}

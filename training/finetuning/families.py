@@ -61,7 +61,7 @@ class RetrieverFamily:
         scale (splade-tiny's spread over SciFact training pairs is about 16, against a standardised teacher's 1), so
         the spread (standard deviation) of `own_scores()`, the student's own scores of the round's pairs: then
         distillation reshapes its ranking instead of first shrinking every score towards the teacher's units."""
-        if recipe.teacher_label_scale == SIMILARITY_SCALE:
+        if (recipe.teacher_label_scale or self.default_label_scale(label_free=False)) == SIMILARITY_SCALE:
             return 1.0 / recipe.similarity_scale
         return float(np.std(own_scores())) or 1.0
 

@@ -10,6 +10,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..common.corpus import file_format
 from ..common.errors import InputError
 from ..common.json_lines import json_lines
 from ..evaluation.collection import Collection, load_collection
@@ -157,7 +158,7 @@ def titled_passages(files: list[str], text_column: str, title_column: str) -> tu
     texts, titles = [], []
     for name in files:
         path = Path(name)
-        if path.suffix.lower() not in (".json", ".jsonl"):
+        if file_format(path, "--corpus_file") != "json":
             raise InputError(
                 f"--corpus_file {path}: --pseudo_queries titles reads each record's {title_column!r} field, so the "
                 "corpus must be JSON lines (.jsonl) like a BEIR corpus.jsonl. Pass such a file, or drop titles."

@@ -13,6 +13,7 @@ from sentence_transformers.sparse_encoder.losses import CachedSpladeLoss, Splade
 
 from ..common.model_cards import model_card_template
 from ..evaluation.collection import Collection
+from .arguments import OWN_SCALE, SIMILARITY_SCALE
 from .data import TrainingSet
 from .rounds import RoundPlan
 
@@ -129,7 +130,7 @@ def describe_recipe(recipe, loss) -> dict:
         )
     teacher = "none"
     if recipe.teacher:
-        scale = {"own": "the student's own spread", "similarity_scale": "1 / similarity_scale"}[recipe.teacher_label_scale]
+        scale = {OWN_SCALE: "the student's own spread", SIMILARITY_SCALE: "1 / similarity_scale"}[recipe.teacher_label_scale]
         teacher = f"{' + '.join(recipe.teacher)} ({recipe.distillation}, scores standardised, averaged, times {scale})"
     name = type(loss).__name__
     if isinstance(loss, (SpladeLoss, CachedSpladeLoss)):  # it wraps the ranking loss it regularises

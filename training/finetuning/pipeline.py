@@ -332,8 +332,9 @@ def finetune_in_rounds(
             train_round(plan, trainer, timer)
 
     best = best_round(plans, start_metrics, evaluator.primary_metric)
+    kept_start = kept_start_line(plans, start_metrics, evaluator.primary_metric) if best is None else None
     if best is None:
-        logger.warning(kept_start_line(plans, start_metrics, evaluator.primary_metric))
+        logger.warning(kept_start)
         final_model = family.load(model_args.model_name_or_path, model_args)
         fill_card_data(final_model, model_args, training_set)
         final_model.model_card_data.train_datasets = []  # the published weights never saw them
@@ -374,7 +375,7 @@ def finetune_in_rounds(
                 model_class=family.name,
                 model_description=family.describe(final_model),
                 extra_columns=[(stat, header) for stat, header, _ in STAT_COLUMNS] if family.sparse else [],
-                kept_start_line=kept_start_line(plans, start_metrics, evaluator.primary_metric) if best is None else None,
+                kept_start_line=kept_start,
             )
             publish_final_model(str(output_dir))
             if training_args.push_to_hub:

@@ -73,6 +73,7 @@ def pseudo_pair(passage: str, title: str | None, kinds: tuple[str, ...], rng: ra
     possible = kinds_for(passage, title, kinds)
     if not possible:
         return None
+    # No draw when there is no choice: a crops-only run draws exactly the crops it drew before kinds existed.
     kind = possible[rng.randrange(len(possible))] if len(possible) > 1 else possible[0]
     if kind == CROPS:
         return crop_pair(passage, rng)

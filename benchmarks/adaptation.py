@@ -1,6 +1,14 @@
 """Label-free domain adaptation as steps: continue a trained Siamese encoder on a collection's corpus alone with each
-objective (MLM, TSDAE, SEED's weak decoder, a strong decoder, the weak decoder alone), then evaluate it zero-shot
-and after few-shot fine-tuning; the start itself, unadapted, is a row too.
+objective (MLM, TSDAE, SEED's weak decoder, a strong decoder, the weak decoder alone, pseudo-label distillation from
+each kind of pseudo-query, SEED then pseudo-label distillation), then evaluate it zero-shot, on a pseudo-dev and after
+few-shot fine-tuning; the start itself, unadapted, and the zero-shot RRF of BM25 and the start are rows too.
+
+The pseudo-dev of a collection and seed is the dev split `training/finetune.py --corpus_file <corpus> --pseudo_queries
+sentences --seed <seed>` holds out (10% of the passages, one sentence of each as its query, cut from the passage it
+must find 90% of the time): the pseudo-label arm with sentences selects its model on exactly these queries and never
+trains on them. Every model is scored on it at the training length, as fine-tuning scores its dev split. What the
+recipe publishes is the trained model where its pseudo-dev nDCG@10 beats the start's, else the start (a fine-tuning
+run has already kept its own start when no round beat it on its own pseudo-dev).
 
 Every arm sees the same texts budget (steps x batch, the same tokens), learning rate, schedule and seed; the decoder
 arms' decoder reads the vector the start retrieves with (its pooling: the mean for all-MiniLM-L6-v2). Every model is
@@ -14,7 +22,8 @@ The work folder:
     settings.json                          what defines every step; a rerun with another budget is refused
     results.json                           the finished steps' results, by step
     collections/pubmedqa/                  the PubMedQA collection, when --pubmedqa_pairs builds it
-    <collection>/<arm>/seed-<S>/adapted/   the arm's adapted model (pretraining folder, or TSDAE's SentenceTransformer)
+    <collection>/<arm>/seed-<S>/adapted/   the arm's adapted model (pretraining folder, TSDAE's SentenceTransformer, or
+                                           the pseudo-label run's folder, its trained round in finetuning/round-1/model)
     <collection>/<arm>/seed-<S>/k<K>/      fine-tuned on K training queries drawn with seed S (start/seed-<S>/k<K> too)
     embedding-cache/                       corpus embeddings of the evaluated models, keyed by their weights
 """
@@ -28,45 +37,80 @@ import numpy as np
 from harness import ResultStore, dense_retriever, precision_flags, run_script
 from training import finetune, pretrain
 from training.common.corpus import check_train_files
-from training.evaluation.collection import load_collection
+from training.common.json_lines import json_lines
+from training.evaluation.collection import Collection, load_collection
 from training.evaluation.evaluate import evaluate_retriever
+from training.evaluation.retrievers import BM25Retriever, HybridRetriever
+from training.finetuning.arguments import FinetuningDataArguments
+from training.finetuning.pipeline import START_METRICS_FILE, STATE_DIR, load_training_set
+from training.finetuning.pseudo_queries import CROPS, SENTENCES, TITLES
+from training.finetuning.rounds import DEV_METRICS_FILE, EXAMPLES_FILE, MODEL_DIR
 from tsdae import train_tsdae
 
 METRICS = ("ndcg@10", "recall@100")
 ZERO_SHOT = "zero-shot"
 ADAPTATION = "adaptation"
+PSEUDO_DEV = "pseudo-dev"
 PRETRAINING_METRICS = ("cls_information", "mlm_loss", "decoder_loss")
+# The pseudo-queries of the pseudo-dev every model is scored on: the Inverse Cloze Task's sentences, the most
+# query-like of the kinds a corpus alone gives.
+PSEUDO_DEV_KIND = SENTENCES
+# The teacher of every pseudo-label arm: BM25 and the start itself, frozen (GPL's recipe without a query generator or
+# a cross-encoder, none of which installs offline), each standardised, on the student's own scale (the label-free
+# default); negatives mined by BM25, one per pseudo-query; one round.
+PSEUDO_LABEL_RECIPE = ("--negatives", "bm25", "--negatives_per_query", "1", "--mining_rounds", "1")
+PSEUDO_LABEL_ROUND = Path(STATE_DIR) / "round-1"
 
 
 @dataclass(frozen=True)
 class AdaptationArm:
-    """One way to continue the start on the corpus: pre-training flags for `training/pretrain.py`, TSDAE, or none."""
+    """One way to continue the start on the corpus: pre-training flags for `training/pretrain.py`, TSDAE,
+    pseudo-label distillation over `pseudo_queries` (`training/finetune.py`) continuing `student` (the start, or the
+    model another arm adapted), or none; `fusion`: no model of its own, the RRF of BM25 and the start."""
 
     key: str
     name: str
     pretraining_flags: tuple[str, ...] | None = None
     tsdae: bool = False
+    pseudo_queries: tuple[str, ...] = ()
+    student: str = "start"
+    fusion: bool = False
 
     @property
     def adapts(self) -> bool:
-        return self.tsdae or self.pretraining_flags is not None
+        return self.tsdae or self.pretraining_flags is not None or bool(self.pseudo_queries)
+
+    @property
+    def distils(self) -> bool:
+        return bool(self.pseudo_queries)
 
 
 # The weak decoder of the paper: 3 layers, span 2. The condition is left to the start's pooling (the default a
 # SentenceTransformer start gets), so the decoder reads the vector the start retrieves with.
 WEAK = ("--decoder_num_layers", "3", "--decoder_attention_span", "2")
 START = AdaptationArm("start", "no adaptation (the start as it is)")
+SEED = AdaptationArm("seed", "SEED: MLM + weak decoder (3 layers, span 2) on the pooled vector", WEAK)
 ARMS = (
     START,
+    AdaptationArm("rrf", "zero-shot RRF of BM25 and the start (no training)", fusion=True),
     AdaptationArm("mlm", "MLM only (λ = 0)", ("--decoder_loss_weight", "0")),
     AdaptationArm("tsdae", "TSDAE (sentence-transformers, deletion 0.6, tied decoder)", tsdae=True),
-    AdaptationArm("seed", "SEED: MLM + weak decoder (3 layers, span 2) on the pooled vector", WEAK),
+    SEED,
     AdaptationArm(
         "strong-decoder", "MLM + strong decoder (3 layers, full span) on the pooled vector",
         ("--decoder_num_layers", "3", "--decoder_attention_span", "full"),
     ),
     AdaptationArm("decoder-only", "weak decoder alone (no MLM) on the pooled vector", (*WEAK, "--mlm_loss_weight", "0")),
+    *(
+        AdaptationArm(f"pseudo-labels-{kind}", f"pseudo-label distillation, {kind} as pseudo-queries", pseudo_queries=(kind,))
+        for kind in (SENTENCES, TITLES, CROPS)
+    ),
+    AdaptationArm(
+        "seed-then-pseudo-labels", "SEED, then pseudo-label distillation with sentences", pseudo_queries=(SENTENCES,),
+        student=SEED.key,
+    ),
 )
+BY_KEY = {arm.key: arm for arm in ARMS}
 
 
 @dataclass(frozen=True)
@@ -131,16 +175,31 @@ class Adaptation:
         self.corpus_file = str(self.data_dir / "corpus.jsonl")
         check_train_files([self.corpus_file], "text", argument="--data_dir")
         self.test = load_collection(str(self.data_dir), split)
+        self.has_titles = any(
+            isinstance(record.get("title"), str) and record["title"].strip()
+            for _, record in json_lines(Path(self.corpus_file), ("text",), hint="A BEIR corpus.jsonl.", argument="--data_dir")
+        )
+        # Every model is evaluated at the length the start is used at (fine-tuned folders say the training length).
+        self.start_length = json.loads((self.start / "sentence_bert_config.json").read_text())["max_seq_length"]
         self.precision = precision_flags()
+        self.cache_dir = self.work / "embedding-cache"
         self.store: ResultStore | None = None
+        self._pseudo_devs: dict[int, Collection] = {}
 
     def attach(self, store: ResultStore) -> None:
         self.store = store
+
+    def allows(self, arm: AdaptationArm) -> bool:
+        """Whether the collection can run `arm`: title pseudo-queries need a corpus with titles."""
+        return TITLES not in arm.pseudo_queries or self.has_titles
 
     def folder(self, arm: AdaptationArm, seed: int) -> Path:
         return self.work / self.name / arm.key / f"seed-{seed}"
 
     def model_dir(self, arm: AdaptationArm, seed: int) -> Path:
+        """The arm's trained model (a pseudo-label run's round, whether or not the run published it over its start)."""
+        if arm.distils:
+            return self.folder(arm, seed) / "adapted" / PSEUDO_LABEL_ROUND / MODEL_DIR
         return self.folder(arm, seed) / "adapted" if arm.adapts else self.start
 
     def key(self, arm: AdaptationArm, seed: int | None, step: str) -> str:
@@ -160,6 +219,8 @@ class Adaptation:
                     precision=self.precision,
                 )
                 return tsdae_metrics(output)
+            if arm.distils:
+                return self.distil(arm, seed, output)
             run_script(pretrain.main, [
                 "--model_name_or_path", self.start, *arm.pretraining_flags, "--train_file", self.corpus_file,
                 "--output_dir", output, "--seed", seed, "--max_steps", budget.steps,
@@ -173,17 +234,63 @@ class Adaptation:
 
         return self.store.get_or_run(self.key(arm, seed, ADAPTATION), step)
 
-    def evaluate(self, model_dir: Path, label: str) -> dict:
-        """nDCG@10 and Recall@100 on the evaluation split, and how alike the corpus' vectors are (the mean cosine of
-        two different documents: a collapsing encoder drives it towards 1)."""
-        retriever = dense_retriever(model_dir, label, self.work / "embedding-cache")
-        result = evaluate_retriever(retriever, self.test, metrics=METRICS)
-        return {**result.metrics, "mean_pairwise_cosine": mean_pairwise_cosine(retriever.corpus_vectors())}
+    def distil(self, arm: AdaptationArm, seed: int, output: Path) -> dict:
+        """Pseudo-label distillation with `training/finetune.py` on the corpus alone: the arm's pseudo-queries, one
+        BM25 negative each, the margins of BM25 and the start (frozen) as targets; as many texts as every arm sees
+        (steps x batch pseudo-queries, one pass). The run keeps its own start when no round beats it on its pseudo-dev."""
+        budget = self.budget
+        student = self.start
+        if arm.student != START.key:
+            self.adapt(BY_KEY[arm.student], seed)
+            student = self.model_dir(BY_KEY[arm.student], seed)
+        run_script(finetune.main, [
+            "--model_name_or_path", student, "--corpus_file", self.corpus_file,
+            "--pseudo_queries", *arm.pseudo_queries, "--teacher", "bm25", self.start, *PSEUDO_LABEL_RECIPE,
+            "--max_train_queries", budget.steps * budget.batch_size, "--max_steps", budget.steps,
+            "--per_device_train_batch_size", budget.batch_size, "--learning_rate", budget.learning_rate,
+            "--warmup_steps", budget.warmup_steps, "--max_seq_length", budget.max_seq_length, "--seed", seed,
+            "--output_dir", output, "--cache_dir", self.cache_dir, "--eval_strategy", "no", "--report_to", "none",
+            *self.precision,
+        ])
+        return distillation_metrics(output)
+
+    def evaluate(self, retriever, collection: Collection) -> dict:
+        """nDCG@10 and Recall@100 on `collection`, and, for a model, how alike the corpus' vectors are (the mean cosine
+        of two different documents: a collapsing encoder drives it towards 1)."""
+        result = evaluate_retriever(retriever, collection, metrics=METRICS)
+        vectors = getattr(retriever, "corpus_vectors", None)
+        return {**result.metrics, "mean_pairwise_cosine": None if vectors is None else mean_pairwise_cosine(vectors())}
+
+    def retriever(self, arm: AdaptationArm, seed: int, label: str, max_seq_length: int | None = None):
+        """The arm's trained model as a dense retriever at `max_seq_length` (default: the length the start is used
+        at), or, for the fusion row, the RRF of BM25 and the start."""
+        max_seq_length = max_seq_length or self.start_length
+        if arm.fusion:
+            start = dense_retriever(self.start, f"{label}/start", self.cache_dir, max_seq_length=max_seq_length)
+            return HybridRetriever([BM25Retriever(show_progress_bar=False), start], "rrf", name=label)
+        return dense_retriever(self.model_dir(arm, seed), label, self.cache_dir, max_seq_length=max_seq_length)
 
     def zero_shot(self, arm: AdaptationArm, seed: int) -> dict:
-        # The start is the same for every seed: evaluated once.
+        # The start and the fusion row are the same for every seed: evaluated once.
         key = self.key(arm, seed if arm.adapts else None, ZERO_SHOT)
-        return self.store.get_or_run(key, lambda: self.evaluate(self.model_dir(arm, seed), key))
+        return self.store.get_or_run(key, lambda: self.evaluate(self.retriever(arm, seed, key), self.test))
+
+    def pseudo_dev(self, arm: AdaptationArm, seed: int) -> dict:
+        """The trained model scored on the seed's pseudo-dev, at the training length."""
+        key = self.key(arm, seed, PSEUDO_DEV)
+        return self.store.get_or_run(key, lambda: self.evaluate(
+            self.retriever(arm, seed, key, max_seq_length=self.budget.max_seq_length), self.pseudo_dev_collection(seed),
+        ))
+
+    def pseudo_dev_collection(self, seed: int) -> Collection:
+        """The dev split a sentences pseudo-label run with `seed` holds out (the fine-tuning pipeline's own draw)."""
+        if seed not in self._pseudo_devs:
+            data = FinetuningDataArguments(
+                corpus_file=[self.corpus_file], pseudo_queries=[PSEUDO_DEV_KIND],
+                max_train_queries=self.budget.steps * self.budget.batch_size,
+            )
+            self._pseudo_devs[seed] = load_training_set(data, seed).dev
+        return self._pseudo_devs[seed]
 
     def few_shot(self, arm: AdaptationArm, seed: int, k: int) -> dict:
         """Fine-tune the arm's model on k training queries drawn with the seed (the same queries for every arm) with
@@ -195,12 +302,12 @@ class Adaptation:
         def step() -> dict:
             run_script(finetune.main, [
                 "--model_name_or_path", self.model_dir(arm, seed), "--data_dir", self.data_dir,
-                "--max_train_queries", k, "--seed", seed, "--output_dir", output,
+                "--max_train_queries", k, "--seed", seed, "--output_dir", output, "--cache_dir", self.cache_dir,
                 "--max_seq_length", budget.max_seq_length, "--per_device_train_batch_size", budget.finetuning_batch_size,
                 "--max_steps", budget.finetuning_steps, "--learning_rate", budget.finetuning_learning_rate,
                 *budget.finetuning_recipe, "--eval_strategy", "no", "--report_to", "none", *self.precision,
             ])
-            return self.evaluate(output, key)
+            return self.evaluate(dense_retriever(output, key, self.cache_dir, max_seq_length=self.start_length), self.test)
 
         return self.store.get_or_run(key, step)
 
@@ -227,6 +334,25 @@ def pretraining_metrics(output_dir: Path) -> dict:
     """The pre-training run's final validation losses and cls_information (None for a term it did not train)."""
     results = json.loads((output_dir / "all_results.json").read_text())
     return {name: results.get(f"eval_{name}") for name in PRETRAINING_METRICS} | {"train_loss": results.get("train_loss")}
+
+
+def distillation_metrics(output_dir: Path) -> dict:
+    """A pseudo-label run's own pseudo-dev nDCG@10 for its start and its round, whether it kept the start, how often
+    its teacher scored the source passage above the mined negative (how much the pseudo-labels say beyond the
+    pseudo-query's own passage), and its training loss."""
+    state = output_dir / STATE_DIR
+    start = json.loads((state / START_METRICS_FILE).read_text())
+    trained = json.loads((output_dir / PSEUDO_LABEL_ROUND / DEV_METRICS_FILE).read_text())
+    metric = next(name for name in start if name.endswith("ndcg@10"))
+    history = json.loads((output_dir / PSEUDO_LABEL_ROUND / "trainer_state.json").read_text())["log_history"]
+    losses = [entry["loss"] for entry in history if "loss" in entry]
+    scores = np.asarray(json.loads((output_dir / PSEUDO_LABEL_ROUND / EXAMPLES_FILE).read_text())["scores"])
+    return {
+        "own_pseudo_dev_start": start[metric], "own_pseudo_dev_round": trained[metric],
+        "kept_start": trained[metric] <= start[metric],
+        "teacher_prefers_source": float(np.mean(scores[:, 0] > scores[:, 1:].max(axis=1))),
+        "first_loss": losses[0] if losses else None, "train_loss": losses[-1] if losses else None,
+    }
 
 
 def tsdae_metrics(output_dir: Path) -> dict:

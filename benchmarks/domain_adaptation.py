@@ -1,15 +1,21 @@
 """Label-free domain adaptation of a trained Siamese encoder, in one command: which objective, run on a collection's
 corpus alone (no queries, no judgments), makes the start retrieve better there?
 
-Arms: no adaptation; MLM only; TSDAE (sentence-transformers' DenoisingAutoEncoderLoss); SEED (MLM + the weak decoder,
-reading the vector the start retrieves with); MLM + a strong decoder (full span); the weak decoder alone (no MLM).
+Arms: no adaptation; the zero-shot RRF of BM25 and the start (no training: the pseudo-label teacher's ceiling); MLM
+only; TSDAE (sentence-transformers' DenoisingAutoEncoderLoss); SEED (MLM + the weak decoder, reading the vector the
+start retrieves with); MLM + a strong decoder (full span); the weak decoder alone (no MLM); pseudo-label distillation
+(GPL without a generator: BM25 and the frozen start score each pseudo-query against its passage and a BM25 negative)
+with sentences, titles (where the corpus has them) or crops as pseudo-queries; SEED, then pseudo-label distillation.
 Every arm continues the same start on the same number of corpus texts (steps x batch) at the same learning rate and
 schedule. Each model is evaluated on --split as the start is used (its pooling, normalisation and max_seq_length):
 nDCG@10 and Recall@100 zero-shot, then after few-shot fine-tuning on k training queries (the same queries and recipe
-for every arm), with the mean cosine between corpus vectors and each arm's wall time. Repeated over seeds: mean ± sd,
-and each claim as paired per-seed differences, holding only beyond 2 sd. One table per collection and their macro
-average. Zero-shot rows of every seed and collection run before any fine-tuning. An interrupted run, rerun with the
-same command, continues where it stopped; a work folder made with another budget is refused.
+for every arm), with the mean cosine between corpus vectors and each arm's wall time; and on a pseudo-dev (held-out
+sentence pseudo-queries, no label), which decides what the recipe publishes: the trained model where it beats the
+start there, else the start. How well that proxy agrees with --split is reported (Kendall tau, pairwise agreement).
+Repeated over seeds: mean ± sd, and each claim as paired per-seed differences, holding only beyond 2 sd. One table per
+collection and their macro average. Zero-shot rows of every seed and collection run before any fine-tuning. An
+interrupted run, rerun with the same command, continues where it stopped; a work folder made with another budget is
+refused.
 
     python benchmarks/domain_adaptation.py --data_dir ../shared/data/scifact \
         --pubmedqa_pairs ../shared/data/pubmedqa/pairs.jsonl --budget cpu --output_json adaptation.json
@@ -22,17 +28,23 @@ from dataclasses import asdict
 from pathlib import Path
 
 from adaptation import (
-    ADAPTATION, ARMS, BUDGETS, ZERO_SHOT, Adaptation, AdaptationBudget, few_shot_label, settings_of,
+    ADAPTATION, ARMS, BUDGETS, BY_KEY, PSEUDO_DEV, START, ZERO_SHOT, Adaptation, AdaptationBudget, few_shot_label,
+    settings_of,
 )
 from ablation_report import verdict
 from harness import ResultStore, limit_threads, markdown_table, mean_and_std, mean_std
+from proxy_agreement import NEVER_LOSES_MARGIN, PUBLISHED, never_loses, proxy_agreement, with_published
 from pubmedqa_collection import build_pubmedqa_collection
 from training.common.cli import exit_status
 from training.common.errors import InputError
 
 PUBMEDQA = "pubmedqa"
-BY_KEY = {arm.key: arm for arm in ARMS}
-SHORT_NAMES = {"mlm": "MLM only", "tsdae": "TSDAE", "strong-decoder": "strong decoder", "decoder-only": "weak decoder alone"}
+SHORT_NAMES = {
+    "rrf": "RRF of BM25 and the start", "mlm": "MLM only", "tsdae": "TSDAE", "strong-decoder": "strong decoder",
+    "decoder-only": "weak decoder alone", "pseudo-labels-sentences": "pseudo-labels (sentences)",
+    "pseudo-labels-titles": "pseudo-labels (titles)", "pseudo-labels-crops": "pseudo-labels (crops)",
+    "seed-then-pseudo-labels": "SEED then pseudo-labels",
+}
 
 
 def default_start() -> str | None:
@@ -70,6 +82,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--seeds", nargs="+", type=int, help="Seeds to repeat every arm with (default: the budget's).")
     parser.add_argument(
+        "--arms", nargs="+", choices=[arm.key for arm in ARMS], metavar="ARM",
+        help="Run only these arms (default: all: " + ", ".join(arm.key for arm in ARMS) + "), to bring the rows a "
+        "claim compares to every seed first. The start always runs (the published model is measured against it), and "
+        "an arm that continues another's model brings that arm along.",
+    )
+    parser.add_argument(
         "--few_shot", nargs="*", type=int, metavar="K",
         help="Training queries of each few-shot fine-tuning (default: the budget's); none given: zero-shot only.",
     )
@@ -78,6 +96,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="Models, step results (results.json), settings and the embedding cache; rerun with it to resume.",
     )
     parser.add_argument("--output_json", help="Write the tables, every seed's results and the settings here as JSON.")
+    parser.add_argument(
+        "--report_only", action="store_true",
+        help="Print (and write to --output_json) the tables of what --work_dir holds; run no step.",
+    )
     return parser.parse_args(argv)
 
 
@@ -94,6 +116,8 @@ def collections_of(args: argparse.Namespace, work: Path) -> dict[str, Path]:
     if args.pubmedqa_pairs:
         folder = work / "collections" / PUBMEDQA
         if not folder.is_dir():
+            if args.report_only:
+                raise InputError(f"--work_dir {work}: holds no PubMedQA collection to report on; drop --pubmedqa_pairs.")
             folder.parent.mkdir(parents=True, exist_ok=True)
             build_pubmedqa_collection(Path(args.pubmedqa_pairs), folder)
         collections[PUBMEDQA] = folder
@@ -102,7 +126,7 @@ def collections_of(args: argparse.Namespace, work: Path) -> dict[str, Path]:
     return collections
 
 
-def open_work_dir(work: Path, settings: dict) -> ResultStore:
+def open_work_dir(work: Path, settings: dict, read_only: bool = False) -> ResultStore:
     """The work folder's result store, after checking it holds steps made with these same settings (or none)."""
     path = work / "settings.json"
     if path.is_file():
@@ -120,6 +144,10 @@ def open_work_dir(work: Path, settings: dict) -> ResultStore:
                 "(seeds, --few_shot and further collections may change), or choose another --work_dir."
             )
         settings = {**settings, "collections": {**previous["collections"], **settings["collections"]}}
+    if read_only:
+        if not path.is_file():
+            raise InputError(f"--work_dir {work}: --report_only reads a benchmark's work folder, and this one holds none.")
+        return ResultStore(work / "results.json", read_only=True)
     work.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(settings, indent=2))
     return ResultStore(work / "results.json")
@@ -137,8 +165,12 @@ def columns(few_shot: tuple[int, ...]) -> dict:
     evaluations = [ZERO_SHOT, *map(few_shot_label, few_shot)]
     return {
         **{f"{evaluation} {name}": metric(evaluation, name) for evaluation in evaluations for name in ("ndcg@10", "recall@100")},
+        f"{PSEUDO_DEV} ndcg@10": metric(PSEUDO_DEV, "ndcg@10"),
+        f"{PUBLISHED} ndcg@10": metric(PUBLISHED, "ndcg@10"),
+        "start kept": metric(PUBLISHED, "kept_start"),
         "mean pairwise cosine": metric(ZERO_SHOT, "mean_pairwise_cosine"),
         "cls_information": adaptation("cls_information"),
+        "teacher prefers the source": adaptation("teacher_prefers_source"),
         "adaptation seconds": adaptation("seconds"),
     }
 
@@ -150,7 +182,7 @@ def summarise(results: dict, few_shot: tuple[int, ...]) -> list[dict]:
         summary = {}
         for column, value_of in columns(few_shot).items():
             values = [value for steps in per_seed.values() if (value := value_of(steps)) is not None]
-            mean, std = mean_and_std(values) if values else (None, None)
+            mean, std = mean_and_std([float(value) for value in values]) if values else (None, None)
             summary[column] = {"mean": mean, "std": std, "seeds": len(values), "values": values}
         rows.append({"arm": BY_KEY[key].name, "key": key, "summary": summary, "per_seed": per_seed})
     return rows
@@ -168,8 +200,13 @@ def wanted_claims(few_shot: tuple[int, ...]) -> list[tuple[str, str, str, str]]:
         ("weak decoder alone > TSDAE", "decoder-only", "tsdae", zero),
     ]
     wanted += [
-        (f"{SHORT_NAMES[key]} > no adaptation", key, "start", zero) for key in ("mlm", "tsdae", "strong-decoder", "decoder-only")
+        (f"{SHORT_NAMES[key]} > no adaptation", key, "start", zero)
+        for key in ("rrf", "mlm", "tsdae", "strong-decoder", "decoder-only", "pseudo-labels-sentences",
+                    "pseudo-labels-titles", "pseudo-labels-crops", "seed-then-pseudo-labels")
     ]
+    wanted.append(
+        ("SEED then pseudo-labels > pseudo-labels (sentences) alone", "seed-then-pseudo-labels", "pseudo-labels-sentences", zero)
+    )
     for k in few_shot:
         wanted.append((f"SEED then k={k} > the start then k={k}", "seed", "start", f"{few_shot_label(k)} ndcg@10"))
     return wanted
@@ -192,6 +229,11 @@ def claims(results: dict, few_shot: tuple[int, ...]) -> list[dict]:
     return found
 
 
+def is_number(value) -> bool:
+    """A figure to average (a yes/no such as kept_start is not one)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def macro_average(per_collection: list[dict]) -> dict:
     """Per arm and seed, every step's numbers averaged over the collections that all hold that step."""
     first = per_collection[0]
@@ -205,19 +247,23 @@ def macro_average(per_collection: list[dict]) -> dict:
                 if len(found) == len(per_collection):
                     macro[key][seed][step] = {
                         name: sum(value[name] for value in found) / len(found)
-                        for name, number in values.items() if isinstance(number, (int, float))
-                        and all(isinstance(value.get(name), (int, float)) for value in found)
+                        for name, number in values.items() if is_number(number)
+                        and all(is_number(value.get(name)) for value in found)
                     }
     return macro
 
 
 def cell(summary: dict, digits: int = 3) -> str:
-    if not summary["values"]:
+    values = summary["values"]
+    if not values:
         return "-"
-    return mean_std(summary["values"], digits=digits)
+    if all(isinstance(value, bool) for value in values):
+        return f"{sum(values)} of {len(values)}"
+    return mean_std(values, digits=digits)
 
 
-def section(title: str, results: dict, few_shot: tuple[int, ...]) -> dict:
+def section(title: str, results: dict, few_shot: tuple[int, ...], agreement: bool = True) -> dict:
+    """One collection's tables (or the macro average's, without the proxy's agreement, which is per collection)."""
     rows = summarise(results, few_shot)
     names = list(columns(few_shot))
     table = markdown_table(
@@ -229,7 +275,30 @@ def section(title: str, results: dict, few_shot: tuple[int, ...]) -> dict:
         ["claim", "column", "per-seed difference (mean ± sd)", "verdict"],
         [[item["claim"], item["column"], mean_std(item["differences"], digits=4), item["verdict"]] for item in found],
     )
-    return {"arms": rows, "claims": found, "markdown": f"## {title}\n\n{table}\n\nClaims, as per-seed differences:\n\n{claim_table}"}
+    guard = never_loses(results)
+    guard_table = markdown_table(
+        ["arm", "published − start, per seed", "start kept", f"never loses (≥ −{NEVER_LOSES_MARGIN})"],
+        [[BY_KEY[item["arm"]].name, ", ".join(f"{value:+.4f}" for value in item["differences"]),
+          f"{item['kept']} of {len(item['differences'])}", "yes" if item["holds"] else "no"] for item in guard],
+    )
+    markdown = (
+        f"## {title}\n\n{table}\n\nClaims, as per-seed differences:\n\n{claim_table}\n\nWhat the recipe publishes "
+        f"(the trained model where its pseudo-dev nDCG@10 beats the start's, else the start), against the start:\n\n"
+        f"{guard_table}"
+    )
+    found_agreement = None
+    if agreement:
+        found_agreement = proxy_agreement(results)
+        markdown += "\n\n" + found_agreement["markdown"]
+    return {"arms": rows, "claims": found, "never_loses": guard, "proxy_agreement": found_agreement, "markdown": markdown}
+
+
+def selected_arms(keys: list[str] | None) -> list:
+    """The arms of --arms in table order, with the start and every arm whose model a chosen arm continues."""
+    if not keys:
+        return list(ARMS)
+    wanted = {START.key, *keys, *(BY_KEY[key].student for key in keys)}
+    return [arm for arm in ARMS if arm.key in wanted]
 
 
 def run_benchmark(args: argparse.Namespace) -> str:
@@ -247,19 +316,26 @@ def run_benchmark(args: argparse.Namespace) -> str:
         raise InputError(f"--few_shot {' '.join(map(str, few_shot))}: each k is a number of training queries, at least 1.")
     work = Path(args.work_dir)
     collections = collections_of(args, work)
-    store = open_work_dir(work, settings_of(budget, Path(args.start), args.split, collections))
+    store = open_work_dir(work, settings_of(budget, Path(args.start), args.split, collections), args.report_only)
     adaptations = {
         name: Adaptation(work, name, folder, args.split, Path(args.start), budget) for name, folder in collections.items()
     }
     for adaptation in adaptations.values():
         adaptation.attach(store)
-    results = {name: {arm.key: {seed: {} for seed in seeds} for arm in ARMS} for name in collections}
+    arms = selected_arms(args.arms)
+    results = {
+        name: {arm.key: {seed: {} for seed in seeds} for arm in arms if adaptation.allows(arm)}
+        for name, adaptation in adaptations.items()
+    }
 
     def report() -> str:
-        sections = {name: section(name, per_collection, few_shot) for name, per_collection in results.items()}
+        published = {name: with_published(per_collection) for name, per_collection in results.items()}
+        sections = {name: section(name, per_collection, few_shot) for name, per_collection in published.items()}
         if len(results) > 1:
-            macro = macro_average(list(results.values()))
-            sections["macro average"] = section(f"macro average over {', '.join(results)}", macro, few_shot)
+            macro = macro_average(list(published.values()))
+            sections["macro average"] = section(
+                f"macro average over {', '.join(results)}", macro, few_shot, agreement=False
+            )
         text = "\n\n".join(item["markdown"] for item in sections.values())
         if args.output_json:
             Path(args.output_json).write_text(json.dumps({
@@ -272,19 +348,27 @@ def run_benchmark(args: argparse.Namespace) -> str:
     # Zero-shot rows of every seed and collection first: the comparison the issue's goals rest on comes early.
     for seed in seeds:
         for name, adaptation in adaptations.items():
-            for arm in ARMS:
+            for arm in arms:
+                if arm.key not in results[name]:
+                    print(f"\n=== {name}: {arm.name}: skipped, its corpus has no titles ===", flush=True)
+                    continue
                 print(f"\n=== {name}, seed {seed}: {arm.name} ===", flush=True)
-                steps = results[name][arm.key][seed]
-                if arm.adapts:
-                    steps[ADAPTATION] = adaptation.adapt(arm, seed)
-                steps[ZERO_SHOT] = adaptation.zero_shot(arm, seed)
+                found = {
+                    **({ADAPTATION: adaptation.adapt(arm, seed)} if arm.adapts else {}),
+                    ZERO_SHOT: adaptation.zero_shot(arm, seed),
+                    PSEUDO_DEV: adaptation.pseudo_dev(arm, seed),
+                }
+                results[name][arm.key][seed].update({step: value for step, value in found.items() if value is not None})
                 report()
     for seed in seeds:
         for name, adaptation in adaptations.items():
-            for arm in ARMS:
+            for arm in arms:
+                if arm.fusion or arm.key not in results[name]:
+                    continue  # the fusion row trains nothing
                 for k in few_shot:
                     print(f"\n=== {name}, seed {seed}: {arm.name}, fine-tuned on k={k} ===", flush=True)
-                    results[name][arm.key][seed][few_shot_label(k)] = adaptation.few_shot(arm, seed, k)
+                    if (found := adaptation.few_shot(arm, seed, k)) is not None:
+                        results[name][arm.key][seed][few_shot_label(k)] = found
                     report()
     return (
         f"\n{report()}\n\nmean ± standard deviation over seeds {', '.join(map(str, seeds))}; budget {args.budget}: "

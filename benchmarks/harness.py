@@ -24,17 +24,21 @@ ENCODING_BATCH_SIZE = EvaluationArguments.batch_size  # training/evaluate.py's -
 
 
 class ResultStore:
-    """Finished steps' results by key, in a JSON file rewritten atomically after every step."""
+    """Finished steps' results by key, in a JSON file rewritten atomically after every step. A `read_only` store
+    runs nothing: a step it does not hold is None."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, read_only: bool = False):
         self.path = path
+        self.read_only = read_only
         self.results = json.loads(path.read_text()) if path.is_file() else {}
 
-    def get_or_run(self, key: str, step: Callable[[], dict]) -> dict:
+    def get_or_run(self, key: str, step: Callable[[], dict]) -> dict | None:
         """The stored result of `key`, or run `step` (printing its progress and wall time) and store what it returns."""
         if key in self.results:
             print(f"[{key}] done earlier: {self.results[key]}", flush=True)
             return self.results[key]
+        if self.read_only:
+            return None
         print(f"[{key}] running ...", flush=True)
         start = time.perf_counter()
         result = {**step(), "seconds": round(time.perf_counter() - start, 1)}

@@ -1,6 +1,7 @@
 """`benchmarks/domain_adaptation.py`: label-free adaptation of all-MiniLM-L6-v2 with every objective, end to end at the
-smoke budget on a slice of the PubMedQA collection; then resumed with few-shot rows added, and refused over another
-budget. Also the parts it is built from: the PubMedQA collection and TSDAE's word deletion."""
+smoke budget on a slice of the PubMedQA collection, every model also scored on the pseudo-dev; then resumed with
+few-shot rows of some arms added, reported from the work folder alone, and refused over another budget. Also the parts
+it is built from: the PubMedQA collection and TSDAE's word deletion."""
 
 import json
 import random
@@ -23,8 +24,11 @@ from tsdae import delete_words  # noqa: E402
 
 from training.common.errors import InputError  # noqa: E402
 
-ADAPTING_ARMS = ("mlm", "tsdae", "seed", "strong-decoder", "decoder-only")
-SMOKE_STEPS, SMOKE_BATCH = 2, 4  # the smoke budget's
+PRETRAINING_ARMS = ("mlm", "tsdae", "seed", "strong-decoder", "decoder-only")
+# Titles are skipped: the PubMedQA collection's abstracts have none.
+PSEUDO_LABEL_ARMS = ("pseudo-labels-sentences", "pseudo-labels-crops", "seed-then-pseudo-labels")
+ADAPTING_ARMS = (*PRETRAINING_ARMS, *PSEUDO_LABEL_ARMS)
+SMOKE_STEPS, SMOKE_BATCH, SMOKE_LENGTH = 2, 4, 32  # the smoke budget's
 
 
 def run_benchmark(argv: list) -> subprocess.CompletedProcess:
@@ -87,35 +91,44 @@ def test_tsdae_deletes_each_word_with_probability_0_6_the_same_for_the_same_seed
 
 @pytest.fixture(scope="module")
 def adaptation_run(shared_data_dir, minilm_dir, tmp_path_factory):
-    """The smoke benchmark on 24 PubMedQA pairs: zero-shot only, then resumed with few-shot k=4, then over the cpu
-    budget."""
+    """The smoke benchmark on 24 PubMedQA pairs: zero-shot only, then resumed with few-shot k=4 for SEED then
+    pseudo-labels (and what it needs), then its tables printed from the work folder alone, then over the cpu budget."""
     folder = tmp_path_factory.mktemp("domain-adaptation")
     pairs = pairs_file(folder, 24, shared_data_dir)
     argv = ["--pubmedqa_pairs", pairs, "--start", minilm_dir, "--budget", "smoke", "--work_dir", folder / "work"]
     first = run_benchmark([*argv, "--few_shot", "--output_json", folder / "zero-shot.json"])
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-3000:]
     results_after_first = (folder / "work" / "results.json").read_text()
-    second = run_benchmark([*argv, "--few_shot", "4", "--output_json", folder / "few-shot.json"])
+    second = run_benchmark([
+        *argv, "--few_shot", "4", "--arms", "seed-then-pseudo-labels", "--output_json", folder / "few-shot.json",
+    ])
     assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-3000:]
     results_after_second = (folder / "work" / "results.json").read_text()
+    report = run_benchmark([*argv, "--few_shot", "4", "--report_only", "--output_json", folder / "report.json"])
+    assert report.returncode == 0, report.stdout[-2000:] + report.stderr[-3000:]
     other_budget = run_benchmark([*argv[:-4], "--budget", "cpu", "--work_dir", folder / "work"])
     return SimpleNamespace(
-        work=folder / "work", first=first, second=second, other_budget=other_budget,
+        work=folder / "work", first=first, second=second, report=report, other_budget=other_budget,
         results_after_first=json.loads(results_after_first), results_after_second=json.loads(results_after_second),
         results_at_the_end=json.loads((folder / "work" / "results.json").read_text()),
         zero_shot=json.loads((folder / "zero-shot.json").read_text()), few_shot=json.loads((folder / "few-shot.json").read_text()),
+        reported=json.loads((folder / "report.json").read_text()),
     )
 
 
-def test_every_arm_is_adapted_and_evaluated_zero_shot(adaptation_run):
+def test_every_arm_is_adapted_and_evaluated_zero_shot_and_on_the_pseudo_dev(adaptation_run):
     rows = adaptation_run.zero_shot["tables"]["pubmedqa"]["arms"]
 
-    assert [row["key"] for row in rows] == ["start", *ADAPTING_ARMS]
+    assert [row["key"] for row in rows] == ["start", "rrf", *ADAPTING_ARMS]
+    assert "pseudo-label distillation, titles as pseudo-queries: skipped, its corpus has no titles" in adaptation_run.first.stdout
     for row in rows:
         assert 0 <= row["summary"]["zero-shot ndcg@10"]["mean"] <= 1
-        assert -1 <= row["summary"]["mean pairwise cosine"]["mean"] <= 1
+        assert 0 <= row["summary"]["pseudo-dev ndcg@10"]["mean"] <= 1
+        assert row["summary"]["published ndcg@10"]["seeds"] == 1
+        cosine = row["summary"]["mean pairwise cosine"]["mean"]
+        assert cosine is None if row["key"] == "rrf" else -1 <= cosine <= 1
         seconds = row["summary"]["adaptation seconds"]["mean"]
-        assert (seconds is None) == (row["key"] == "start")
+        assert (seconds is None) == (row["key"] in ("start", "rrf"))
 
 
 @pytest.mark.parametrize("arm", ADAPTING_ARMS)
@@ -123,13 +136,38 @@ def test_every_arm_sees_the_same_texts_and_keeps_the_starts_pooling(adaptation_r
     from training.common.models import load_sentence_transformer
 
     adapted = adaptation_run.work / "pubmedqa" / arm / "seed-1" / "adapted"
-    state = json.loads((adapted / "trainer_state.json").read_text())
-    model = load_sentence_transformer(str(adapted))
+    trained = adapted / "finetuning" / "round-1" if arm in PSEUDO_LABEL_ARMS else adapted
+    state = json.loads((trained / "trainer_state.json").read_text())
+    model = load_sentence_transformer(str(trained / "model" if arm in PSEUDO_LABEL_ARMS else adapted))
 
     assert (state["global_step"], state["train_batch_size"]) == (SMOKE_STEPS, SMOKE_BATCH)
     assert [type(module).__name__ for module in model] == ["Transformer", "Pooling", "Normalize"]
     assert model[1].get_config_dict()["pooling_mode"] == "mean"
-    assert model.max_seq_length == 256  # the start's, not the training length
+    # A continued pre-training keeps the start's length; a pseudo-label run saves its training length, and the
+    # benchmark evaluates it at the start's.
+    assert model.max_seq_length == (SMOKE_LENGTH if arm in PSEUDO_LABEL_ARMS else 256)
+
+
+def test_the_pseudo_dev_is_the_held_out_split_of_the_sentences_run(adaptation_run):
+    steps = adaptation_run.results_after_first
+    run = steps["pubmedqa/pseudo-labels-sentences/seed-1/adaptation"]
+
+    # Same queries, same corpus, same models at the same length: the benchmark's pseudo-dev scores are the run's own.
+    assert run["own_pseudo_dev_start"] == pytest.approx(steps["pubmedqa/start/seed-1/pseudo-dev"]["ndcg@10"])
+    assert run["own_pseudo_dev_round"] == pytest.approx(steps["pubmedqa/pseudo-labels-sentences/seed-1/pseudo-dev"]["ndcg@10"])
+    assert run["kept_start"] == (run["own_pseudo_dev_round"] <= run["own_pseudo_dev_start"])
+    examples = adaptation_run.work / "pubmedqa" / "pseudo-labels-sentences" / "seed-1" / "adapted" / "finetuning" / "round-1"
+    scores = json.loads((examples / "examples.json").read_text())["scores"]
+    assert run["teacher_prefers_source"] == pytest.approx(sum(positive > negative for positive, negative in scores) / len(scores))
+
+
+def test_seed_then_pseudo_labels_continues_seeds_model_taught_by_bm25_and_the_start(adaptation_run, minilm_dir):
+    arm = adaptation_run.work / "pubmedqa" / "seed-then-pseudo-labels" / "seed-1" / "adapted"
+    run = json.loads((arm / "finetuning" / "run.json").read_text())
+
+    assert run["model"]["model_name_or_path"] == str(adaptation_run.work / "pubmedqa" / "seed" / "seed-1" / "adapted")
+    assert run["recipe"]["teacher"] == ["bm25", str(minilm_dir)]
+    assert run["data"]["pseudo_queries"] == ["sentences"]
 
 
 def test_the_decoder_arms_train_what_they_say(adaptation_run):
@@ -149,16 +187,27 @@ def test_the_decoder_arms_train_what_they_say(adaptation_run):
     assert steps["pubmedqa/decoder-only/seed-1/adaptation"]["mlm_loss"] is None
 
 
-def test_a_rerun_resumes_adding_the_few_shot_rows_without_redoing_a_step(adaptation_run):
+def test_a_rerun_resumes_adding_the_few_shot_rows_of_the_arms_asked_for_without_redoing_a_step(adaptation_run):
     before, after = adaptation_run.results_after_first, adaptation_run.results_after_second
 
     assert all(after[key] == value for key, value in before.items())
     added = sorted(set(after) - set(before))
-    assert added == sorted(f"pubmedqa/{arm}/seed-1/k=4" for arm in ("start", *ADAPTING_ARMS))
+    # SEED then pseudo-labels brings the start (the published model is measured against it) and SEED (its student).
+    assert added == sorted(f"pubmedqa/{arm}/seed-1/k=4" for arm in ("start", "seed", "seed-then-pseudo-labels"))
     ran = [line for line in adaptation_run.second.stdout.splitlines() if re.match(r"\[pubmedqa/.*\] running", line)]
     assert ran and all(line.split("]")[0].endswith("k=4") for line in ran)
     for row in adaptation_run.few_shot["tables"]["pubmedqa"]["arms"]:
         assert 0 <= row["summary"]["k=4 ndcg@10"]["mean"] <= 1
+
+
+def test_report_only_prints_every_table_the_work_folder_holds_and_runs_nothing(adaptation_run):
+    reported = adaptation_run.reported["tables"]["pubmedqa"]
+    few_shot = {row["key"]: row["summary"]["k=4 ndcg@10"]["seeds"] for row in reported["arms"]}
+
+    assert not re.search(r"\] running", adaptation_run.report.stdout)
+    assert [row["key"] for row in reported["arms"]] == ["start", "rrf", *ADAPTING_ARMS]
+    assert few_shot == {key: int(key in ("start", "seed", "seed-then-pseudo-labels")) for key in few_shot}
+    assert reported["proxy_agreement"]["per_seed"][0]["models"] == len(few_shot)
 
 
 def test_a_changed_budget_is_refused_in_its_work_folder_and_changes_nothing(adaptation_run):
@@ -168,11 +217,15 @@ def test_a_changed_budget_is_refused_in_its_work_folder_and_changes_nothing(adap
 
 
 def test_the_claims_compare_per_seed_differences(adaptation_run):
-    claims = {item["claim"]: item for item in adaptation_run.few_shot["tables"]["pubmedqa"]["claims"]}
+    claims = {item["claim"]: item for item in adaptation_run.reported["tables"]["pubmedqa"]["claims"]}
     steps = adaptation_run.results_after_second
 
-    seed_over_tsdae = claims["SEED > TSDAE"]["differences"]
-    expected = steps["pubmedqa/seed/seed-1/zero-shot"]["ndcg@10"] - steps["pubmedqa/tsdae/seed-1/zero-shot"]["ndcg@10"]
-    assert seed_over_tsdae == [pytest.approx(expected)]
+    def difference(better: str, worse: str, step: str) -> float:
+        return steps[f"pubmedqa/{better}/seed-1/{step}"]["ndcg@10"] - steps[f"pubmedqa/{worse}/seed-1/{step}"]["ndcg@10"]
+
+    assert claims["SEED > TSDAE"]["differences"] == [pytest.approx(difference("seed", "tsdae", "zero-shot"))]
+    assert claims["SEED then pseudo-labels > pseudo-labels (sentences) alone"]["differences"] == [
+        pytest.approx(difference("seed-then-pseudo-labels", "pseudo-labels-sentences", "zero-shot"))
+    ]
     few_shot = claims["SEED then k=4 > the start then k=4"]["differences"]
-    assert few_shot == [pytest.approx(steps["pubmedqa/seed/seed-1/k=4"]["ndcg@10"] - steps["pubmedqa/start/seed-1/k=4"]["ndcg@10"])]
+    assert few_shot == [pytest.approx(difference("seed", "start", "k=4"))]

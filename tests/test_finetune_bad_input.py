@@ -109,3 +109,12 @@ def test_an_empty_corpus_file_for_unsupervised_pairs_names_its_flag(capsys, out,
     error = refused(capsys, out, ["--model_name_or_path", tiny_seed_dir, "--corpus_file", empty])
 
     assert f"--corpus_file {empty}: the file is empty" in error
+
+
+def test_a_list_flag_given_twice_is_refused_rather_than_keeping_only_its_last_values(capsys, out, scifact_slice, minilm_dir):
+    error = refused(capsys, out, [
+        "--model_name_or_path", minilm_dir, "--corpus_file", scifact_slice / "corpus.jsonl", "--negatives", "bm25",
+        "--teacher", "bm25", "--teacher", "start",
+    ])
+
+    assert "--teacher is given 2 times" in error and "--teacher A B" in error

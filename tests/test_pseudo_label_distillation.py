@@ -1,13 +1,17 @@
 """Pseudo-label distillation, GPL's recipe without a query generator: a corpus alone, pseudo-queries made from it,
 and the margins of BM25 and the start itself (frozen) as targets, on the student's own scale.
 
-A real run from all-MiniLM-L6-v2 on a SciFact slice's abstracts, with sentence pseudo-queries; its targets are worked
-out here independently: bm25s' BM25 and the start's cosines (sentence-transformers' encode), each standardised,
-averaged, then multiplied by the spread of the student's own cosines of the same pairs (the student is the start
-in round 1), never by the fixed 1 / similarity_scale a dense student trained on real queries gets.
+A real run from all-MiniLM-L6-v2 (its dropout off, so a training step computes what encoding does) on a SciFact
+slice's abstracts, with sentence pseudo-queries; its targets are worked out here independently: bm25s' BM25 and the
+start's cosines (sentence-transformers' encode), each standardised, averaged, then multiplied by the spread of the
+student's own cosines of the same pairs (the student is the start in round 1), never by the fixed 1 /
+similarity_scale a dense student trained on real queries gets. The run trains one step on all its pseudo-queries in
+one batch, so its logged loss is what the student was taught: the mean squared gap between its margins and those
+targets' margins, not a loss against the source passage as a one-hot label.
 """
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -19,19 +23,34 @@ from training.finetuning.data import training_set_from_passages
 from training.finetuning.teachers import with_start_teacher
 
 
+PSEUDO_QUERIES = 48
+
+
 @pytest.fixture(scope="module")
-def pseudo_label_run(minilm_dir, scifact_slice, tmp_path_factory):
+def start_dir(minilm_dir, tmp_path_factory):
+    """all-MiniLM-L6-v2 with its dropout off: the same encodings, and a training step that computes them too."""
+    folder = tmp_path_factory.mktemp("minilm-no-dropout") / "minilm"
+    shutil.copytree(minilm_dir, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def pseudo_label_run(start_dir, scifact_slice, tmp_path_factory):
     out = tmp_path_factory.mktemp("pseudo-labels") / "st"
     assert finetune([
-        "--model_name_or_path", minilm_dir, "--corpus_file", scifact_slice / "corpus.jsonl", "--output_dir", out,
+        "--model_name_or_path", start_dir, "--corpus_file", scifact_slice / "corpus.jsonl", "--output_dir", out,
         *TINY_FINETUNE, "--learning_rate", "3e-5", "--pseudo_queries", "sentences", "--negatives", "bm25",
-        "--teacher", "bm25", "start", "--max_train_queries", "48", "--num_train_epochs", "1",
+        "--teacher", "bm25", "start", "--max_train_queries", PSEUDO_QUERIES, "--max_steps", "1",
+        "--per_device_train_batch_size", PSEUDO_QUERIES, "--batch_sampler", "batch_sampler",
     ]) == 0
     return out
 
 
-def start_cosines(minilm_dir, training_set, examples, max_seq_length: int) -> np.ndarray:
-    start = SentenceTransformer(str(minilm_dir))
+def start_cosines(start_dir, training_set, examples, max_seq_length: int) -> np.ndarray:
+    start = SentenceTransformer(str(start_dir))
     start.max_seq_length = max_seq_length
     queries = start.encode([training_set.queries[query_id] for query_id, _, _ in examples], normalize_embeddings=True)
     columns = []
@@ -42,13 +61,17 @@ def start_cosines(minilm_dir, training_set, examples, max_seq_length: int) -> np
     return np.stack(columns, axis=1)
 
 
-def test_the_targets_are_bm25_and_the_frozen_start_on_the_students_own_scale(pseudo_label_run, minilm_dir, scifact_slice):
+def the_runs_training_set(scifact_slice):
     passages = load_raw_corpus([str(scifact_slice / "corpus.jsonl")], None, "text")["text"]  # each title joined to its text
-    training_set = training_set_from_passages(passages, 0.1, 48, 3, "slice", "slice", ("sentences",))  # the run's draw
+    return training_set_from_passages(passages, 0.1, PSEUDO_QUERIES, 3, "slice", "slice", ("sentences",))  # its draw
+
+
+def test_the_targets_are_bm25_and_the_frozen_start_on_the_students_own_scale(pseudo_label_run, start_dir, scifact_slice):
+    training_set = the_runs_training_set(scifact_slice)
     examples = round_examples(pseudo_label_run, 1)
     stored = np.asarray(json.loads((round_dir(pseudo_label_run, 1) / "examples.json").read_text())["scores"])
-    teacher = start_cosines(minilm_dir, training_set, examples, 256)  # the start as it ships
-    student = start_cosines(minilm_dir, training_set, examples, 64)  # the student, at the run's --max_seq_length
+    teacher = start_cosines(start_dir, training_set, examples, 256)  # the start as it ships
+    student = start_cosines(start_dir, training_set, examples, 64)  # the student, at the run's --max_seq_length
     ensemble = (standardised(bm25_scores(training_set, examples)) + standardised(teacher)) / 2
 
     assert {query_id for query_id, _, _ in examples} == set(training_set.queries)
@@ -56,10 +79,23 @@ def test_the_targets_are_bm25_and_the_frozen_start_on_the_students_own_scale(pse
     assert student.std() > 2 / 20  # the fixed dense scale (1 / similarity_scale) would be more than 2x too narrow
 
 
-def test_the_card_names_both_teachers_and_the_scale(pseudo_label_run, minilm_dir):
+def test_the_student_is_taught_the_teachers_margins_not_the_source_passage(pseudo_label_run, start_dir, scifact_slice):
+    training_set = the_runs_training_set(scifact_slice)
+    examples = round_examples(pseudo_label_run, 1)
+    targets = np.asarray(json.loads((round_dir(pseudo_label_run, 1) / "examples.json").read_text())["scores"])
+    student = start_cosines(start_dir, training_set, examples, 64)  # before its first step, the student is the start
+    history = json.loads((round_dir(pseudo_label_run, 1) / "trainer_state.json").read_text())["log_history"]
+    first_loss = next(entry["loss"] for entry in history if entry.get("step") == 1 and "loss" in entry)
+
+    margin_gap = (student[:, 0] - student[:, 1]) - (targets[:, 0] - targets[:, 1])
+    assert len(examples) == PSEUDO_QUERIES  # one step, one batch: every pseudo-query
+    assert first_loss == pytest.approx(float(np.mean(margin_gap**2)), rel=0.02, abs=2e-4)
+
+
+def test_the_card_names_both_teachers_and_the_scale(pseudo_label_run, start_dir):
     card = (pseudo_label_run / "README.md").read_text()
 
-    assert f"bm25 + {minilm_dir} (margin_mse, scores standardised, averaged, times the student's own spread)" in card
+    assert f"bm25 + {start_dir} (margin_mse, scores standardised, averaged, times the student's own spread)" in card
 
 
 def test_start_as_a_teacher_scores_as_the_student_does(minilm_dir, tiny_seed_dir):

@@ -1,0 +1,88 @@
+"""`benchmarks/proxy_agreement.py`: what the label-free recipe publishes (the trained model only where the pseudo-dev
+says it beats the start), whether that ever loses on the judgments, and how well the pseudo-dev ranks the arms."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # the benchmarks import one another by name
+
+from proxy_agreement import PUBLISHED, never_loses, proxy_agreement, seed_agreement, with_published  # noqa: E402
+
+
+def steps(pseudo_dev: float, test: float, **adaptation) -> dict:
+    found = {"pseudo-dev": {"ndcg@10": pseudo_dev}, "zero-shot": {"ndcg@10": test, "recall@100": 0.9}}
+    return {**found, "adaptation": adaptation} if adaptation else found
+
+
+def test_a_model_is_published_only_where_its_pseudo_dev_beats_the_starts():
+    results = {
+        "start": {1: steps(0.60, 0.64)},
+        "mlm": {1: steps(0.55, 0.56)},  # worse on the pseudo-dev: the start is published
+        "seed": {1: steps(0.60, 0.70)},  # a tie is not a win: the start is published
+        "rrf": {1: steps(0.70, 0.66)},  # better on the pseudo-dev: published
+    }
+    published = with_published(results)
+
+    assert published["mlm"][1][PUBLISHED] == {"ndcg@10": 0.64, "recall@100": 0.9, "kept_start": True}
+    assert published["seed"][1][PUBLISHED]["ndcg@10"] == 0.64
+    assert published["rrf"][1][PUBLISHED] == {"ndcg@10": 0.66, "recall@100": 0.9, "kept_start": False}
+    assert "published" not in results["rrf"][1]  # the steps given are left as they were
+
+
+def test_a_pseudo_label_run_that_kept_its_student_publishes_what_that_student_would():
+    results = {
+        "start": {1: steps(0.60, 0.64)},
+        "seed": {1: steps(0.62, 0.58)},
+        # Its round beats everything, but its own run kept its student, SEED's model: that is its output.
+        "seed-then-pseudo-labels": {1: steps(0.90, 0.90, kept_start=True)},
+        "pseudo-labels-sentences": {1: steps(0.65, 0.66, kept_start=False)},
+    }
+    published = with_published(results)
+
+    assert published["seed-then-pseudo-labels"][1][PUBLISHED] == {"ndcg@10": 0.58, "recall@100": 0.9, "kept_start": False}
+    assert published["pseudo-labels-sentences"][1][PUBLISHED]["ndcg@10"] == 0.66
+
+
+def test_never_loses_holds_only_when_every_seed_stays_within_the_margin():
+    results = with_published({
+        "start": {1: steps(0.60, 0.64), 2: steps(0.50, 0.64)},
+        "seed": {1: steps(0.61, 0.637), 2: steps(0.40, 0.20)},  # seed 2 kept the start
+        "mlm": {1: steps(0.61, 0.62), 2: steps(0.51, 0.70)},  # seed 1 published a model 0.02 worse
+    })
+    found = {item["arm"]: item for item in never_loses(results)}
+
+    assert found["seed"]["differences"] == [pytest.approx(-0.003), 0.0] and found["seed"]["kept"] == 1
+    assert found["seed"]["holds"]
+    assert found["mlm"]["differences"] == [pytest.approx(-0.02), pytest.approx(0.06)] and not found["mlm"]["holds"]
+
+
+def test_the_proxy_is_judged_by_rank_agreement_with_the_judgments():
+    concordant = {
+        "start": {1: steps(0.5, 0.60)}, "a": {1: steps(0.6, 0.70)}, "b": {1: steps(0.4, 0.50)}, "c": {1: steps(0.7, 0.80)},
+    }
+    found = seed_agreement(concordant, 1)
+    assert found["kendall_tau"] == pytest.approx(1.0)
+    assert (found["pairs_agreeing"], found["pairs"]) == (6, 6)
+    assert (found["decisions_right"], found["decisions"]) == (3, 3)
+    assert found["best_by_proxy"] == found["best_by_truth"] == "c"
+
+    # The pseudo-dev says b beats the start where the judgments say it loses: one decision wrong, one pair reversed.
+    discordant = {**concordant, "b": {1: steps(0.55, 0.50)}}
+    found = seed_agreement(discordant, 1)
+    assert (found["pairs_agreeing"], found["decisions_right"]) == (5, 2)
+    assert found["kendall_tau"] == pytest.approx(4 / 6)
+
+
+def test_the_agreement_table_has_a_row_per_seed_and_the_mean_tau():
+    results = {
+        "start": {1: steps(0.5, 0.6), 2: steps(0.5, 0.6)},
+        "mlm": {1: steps(0.6, 0.7), 2: steps(0.6, 0.5)},
+        "tsdae": {1: steps(0.4, 0.5), 2: steps(0.4, 0.7)},
+    }
+    found = proxy_agreement(results)
+
+    assert [item["kendall_tau"] for item in found["per_seed"]] == [pytest.approx(1.0), pytest.approx(-1.0)]
+    assert found["mean_kendall_tau"] == pytest.approx(0.0)
+    assert "Mean Kendall tau over seeds: +0.000." in found["markdown"]

@@ -96,11 +96,12 @@ def test_final_model_is_the_best_round_on_dev_and_its_card_tells_the_recipe(self
         number: json.loads((round_dir(self_mined, number) / "dev_metrics.json").read_text())["dev_ndcg@10"]
         for number in (1, 2)
     }
+    # The earliest of equally good rounds: on some CPUs the two rounds tie on the 9 dev queries (0.444 each, seen on
+    # an AMD EPYC without AVX-512), on others round 2 wins; either way the published weights must be that round's.
     best = max(dev_ndcg, key=dev_ndcg.get)
     start = json.loads((self_mined / "finetuning" / "start_dev_metrics.json").read_text())["dev_ndcg@10"]
     card = (self_mined / "README.md").read_text()
 
-    assert dev_ndcg[1] != dev_ndcg[2]  # else which round is chosen would not show
     assert dev_ndcg[best] > start  # else the start is published (test_finetune_keeps_start.py)
     assert max_abs_difference(weights(self_mined), weights(round_dir(self_mined, best) / "model")) == 0.0
     assert f"The final model is round {best}" in card

@@ -37,14 +37,14 @@ import numpy as np
 from harness import ResultStore, dense_retriever, precision_flags, run_script
 from training import finetune, pretrain
 from training.common.corpus import check_train_files
-from training.common.json_lines import json_lines
 from training.evaluation.collection import Collection, load_collection
 from training.evaluation.evaluate import evaluate_retriever
 from training.evaluation.retrievers import BM25Retriever, HybridRetriever
 from training.finetuning.arguments import FinetuningDataArguments
-from training.finetuning.pipeline import START_METRICS_FILE, STATE_DIR, load_training_set
+from training.finetuning.data import titled_passages
+from training.finetuning.pipeline import START_METRICS_FILE, STATE_DIR, best_round, load_training_set
 from training.finetuning.pseudo_queries import CROPS, SENTENCES, TITLES
-from training.finetuning.rounds import DEV_METRICS_FILE, EXAMPLES_FILE, MODEL_DIR
+from training.finetuning.rounds import EXAMPLES_FILE, MODEL_DIR, RoundPlan
 from tsdae import train_tsdae
 
 METRICS = ("ndcg@10", "recall@100")
@@ -175,10 +175,7 @@ class Adaptation:
         self.corpus_file = str(self.data_dir / "corpus.jsonl")
         check_train_files([self.corpus_file], "text", argument="--data_dir")
         self.test = load_collection(str(self.data_dir), split)
-        self.has_titles = any(
-            isinstance(record.get("title"), str) and record["title"].strip()
-            for _, record in json_lines(Path(self.corpus_file), ("text",), hint="A BEIR corpus.jsonl.", argument="--data_dir")
-        )
+        self.has_titles = any(title and title.strip() for title in titled_passages([self.corpus_file], "text", "title")[1])
         # Every model is evaluated at the length the start is used at (fine-tuned folders say the training length).
         self.start_length = json.loads((self.start / "sentence_bert_config.json").read_text())["max_seq_length"]
         self.precision = precision_flags()
@@ -340,16 +337,14 @@ def distillation_metrics(output_dir: Path) -> dict:
     """A pseudo-label run's own pseudo-dev nDCG@10 for its start and its round, whether it kept the start, how often
     its teacher scored the source passage above the mined negative (how much the pseudo-labels say beyond the
     pseudo-query's own passage), and its training loss."""
-    state = output_dir / STATE_DIR
-    start = json.loads((state / START_METRICS_FILE).read_text())
-    trained = json.loads((output_dir / PSEUDO_LABEL_ROUND / DEV_METRICS_FILE).read_text())
+    start = json.loads((output_dir / STATE_DIR / START_METRICS_FILE).read_text())
+    trained = RoundPlan(1, output_dir / PSEUDO_LABEL_ROUND)
     metric = next(name for name in start if name.endswith("ndcg@10"))
-    history = json.loads((output_dir / PSEUDO_LABEL_ROUND / "trainer_state.json").read_text())["log_history"]
-    losses = [entry["loss"] for entry in history if "loss" in entry]
-    scores = np.asarray(json.loads((output_dir / PSEUDO_LABEL_ROUND / EXAMPLES_FILE).read_text())["scores"])
+    losses = [entry["loss"] for entry in trained.log_history() if "loss" in entry]
+    scores = np.asarray(json.loads((trained.folder / EXAMPLES_FILE).read_text())["scores"])
     return {
-        "own_pseudo_dev_start": start[metric], "own_pseudo_dev_round": trained[metric],
-        "kept_start": trained[metric] <= start[metric],
+        "own_pseudo_dev_start": start[metric], "own_pseudo_dev_round": trained.dev_metrics()[metric],
+        "kept_start": best_round([trained], start, metric) is None,  # the run's own rule
         "teacher_prefers_source": float(np.mean(scores[:, 0] > scores[:, 1:].max(axis=1))),
         "first_loss": losses[0] if losses else None, "train_loss": losses[-1] if losses else None,
     }

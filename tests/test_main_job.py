@@ -80,7 +80,9 @@ def test_main_job_lowers_both_losses_on_the_bundled_python_docs(main_job):
     first, last = train_logs[0], train_logs[-1]
     assert last["mlm_loss"] < first["mlm_loss"] - 1.0
     assert last["decoder_loss"] < first["decoder_loss"] - 1.0
-    assert "pydoc_data" in (output_dir / "README.md").read_text()
+    card = (output_dir / "README.md").read_text()
+    assert "pydoc_data" in card
+    assert "grouped by length" in card  # the bundled documentation's short passages, batched with little padding
 
 
 def test_main_job_output_loads_as_encoder_masked_lm_and_pretraining_model(main_job):

@@ -18,6 +18,9 @@ DEFAULT_EPOCHS, DEFAULT_LEARNING_RATE = 3.0, 5e-4
 # cls_information at 0.14-0.15 nats a token, and the default fine-tuning then improves the model (measured; see the
 # README's no-argument chain).
 BUNDLED_CORPUS_EPOCHS, BUNDLED_CORPUS_LEARNING_RATE = 7.0, 1e-3
+# Its passages are short (median 42 tokens, 6% over 128), so a random batch of 32 almost always holds one long passage and
+# pads every other to it: batches of similar lengths made the no-argument job's steps 1.9x faster (measured, one thread).
+BUNDLED_CORPUS_SAMPLING, DEFAULT_SAMPLING = "group_by_length", "random"
 
 
 @dataclass
@@ -180,6 +183,15 @@ class SeedPretrainingArguments(TrainingArguments):
             "encoder follow --learning_rate), on the same schedule. Default: --learning_rate, or "
             f"{WARM_START_DECODER_LR_FACTOR:g}x --learning_rate in a warm start from a BERT checkpoint, where "
             "the decoder is new and the encoder is not."
+        },
+    )
+    train_sampling_strategy: str | None = field(
+        default=None,
+        metadata={
+            "help": "How training batches are drawn: random, sequential, group_by_length (passages of similar length "
+            f"together, so less padding) or batch_rebalance. Default: {DEFAULT_SAMPLING}, or {BUNDLED_CORPUS_SAMPLING} "
+            "on the bundled documentation, whose short passages random batches pad to their longest. Ignored with "
+            "--streaming."
         },
     )
     weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay."})

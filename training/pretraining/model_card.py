@@ -92,6 +92,7 @@ def render_model_card(
         * training_args.world_size,
         world_size=training_args.world_size,
         learning_rate=training_args.learning_rate,
+        batching="grouped by length" if training_args.train_sampling_strategy == "group_by_length" else None,
         lr_scheduler_type=str(getattr(training_args.lr_scheduler_type, "value", training_args.lr_scheduler_type)),
         seed=training_args.seed,
         precision=precision,

@@ -22,8 +22,10 @@ from ..common.output_dir import (
 from .arguments import (
     BUNDLED_CORPUS_EPOCHS,
     BUNDLED_CORPUS_LEARNING_RATE,
+    BUNDLED_CORPUS_SAMPLING,
     DEFAULT_EPOCHS,
     DEFAULT_LEARNING_RATE,
+    DEFAULT_SAMPLING,
     WARM_START_DECODER_LR_FACTOR,
     DataArguments,
     ModelArguments,
@@ -81,6 +83,8 @@ def _pretrain(model_args: ModelArguments, data_args: DataArguments, training_arg
         training_args.num_train_epochs = BUNDLED_CORPUS_EPOCHS if bundled_corpus else DEFAULT_EPOCHS
     if training_args.learning_rate is None:
         training_args.learning_rate = BUNDLED_CORPUS_LEARNING_RATE if bundled_corpus else DEFAULT_LEARNING_RATE
+    if training_args.train_sampling_strategy is None:
+        training_args.train_sampling_strategy = BUNDLED_CORPUS_SAMPLING if bundled_corpus else DEFAULT_SAMPLING
 
     source = resolve_model_source(model_args)
     config = source.config

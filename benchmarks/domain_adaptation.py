@@ -5,7 +5,8 @@ Arms: no adaptation; the zero-shot RRF of BM25 and the start (no training: the p
 only; TSDAE (sentence-transformers' DenoisingAutoEncoderLoss); SEED (MLM + the weak decoder, reading the vector the
 start retrieves with); MLM + a strong decoder (full span); the weak decoder alone (no MLM); pseudo-label distillation
 (GPL without a generator: BM25 and the frozen start score each pseudo-query against its passage and a BM25 negative)
-with sentences, titles (where the corpus has them) or crops as pseudo-queries; SEED, then pseudo-label distillation.
+with sentences, titles (where the corpus has them) or crops as pseudo-queries; SEED, then pseudo-label distillation
+(from SEED's model, or from whichever of it and the start scores higher on the pseudo-dev).
 Every arm continues the same start on the same number of corpus texts (steps x batch) at the same learning rate and
 schedule. Each model is evaluated on --split as the start is used (its pooling, normalisation and max_seq_length):
 nDCG@10 and Recall@100 zero-shot, then after few-shot fine-tuning on k training queries (the same queries and recipe
@@ -44,6 +45,7 @@ SHORT_NAMES = {
     "decoder-only": "weak decoder alone", "pseudo-labels-sentences": "pseudo-labels (sentences)",
     "pseudo-labels-titles": "pseudo-labels (titles)", "pseudo-labels-crops": "pseudo-labels (crops)",
     "seed-then-pseudo-labels": "SEED then pseudo-labels",
+    "seed-or-start-then-pseudo-labels": "SEED or the start, then pseudo-labels",
 }
 
 
@@ -202,11 +204,13 @@ def wanted_claims(few_shot: tuple[int, ...]) -> list[tuple[str, str, str, str]]:
     wanted += [
         (f"{SHORT_NAMES[key]} > no adaptation", key, "start", zero)
         for key in ("rrf", "mlm", "tsdae", "strong-decoder", "decoder-only", "pseudo-labels-sentences",
-                    "pseudo-labels-titles", "pseudo-labels-crops", "seed-then-pseudo-labels")
+                    "pseudo-labels-titles", "pseudo-labels-crops", "seed-then-pseudo-labels",
+                    "seed-or-start-then-pseudo-labels")
     ]
-    wanted.append(
-        ("SEED then pseudo-labels > pseudo-labels (sentences) alone", "seed-then-pseudo-labels", "pseudo-labels-sentences", zero)
-    )
+    wanted += [
+        (f"{SHORT_NAMES[key]} > pseudo-labels (sentences) alone", key, "pseudo-labels-sentences", zero)
+        for key in ("seed-then-pseudo-labels", "seed-or-start-then-pseudo-labels")
+    ]
     for k in few_shot:
         wanted.append((f"SEED then k={k} > the start then k={k}", "seed", "start", f"{few_shot_label(k)} ndcg@10"))
     return wanted

@@ -26,7 +26,9 @@ from training.common.errors import InputError  # noqa: E402
 
 PRETRAINING_ARMS = ("mlm", "tsdae", "seed", "strong-decoder", "decoder-only")
 # Titles are skipped: the PubMedQA collection's abstracts have none.
-PSEUDO_LABEL_ARMS = ("pseudo-labels-sentences", "pseudo-labels-crops", "seed-then-pseudo-labels")
+PSEUDO_LABEL_ARMS = (
+    "pseudo-labels-sentences", "pseudo-labels-crops", "seed-then-pseudo-labels", "seed-or-start-then-pseudo-labels",
+)
 ADAPTING_ARMS = (*PRETRAINING_ARMS, *PSEUDO_LABEL_ARMS)
 SMOKE_STEPS, SMOKE_BATCH, SMOKE_LENGTH = 2, 4, 32  # the smoke budget's
 
@@ -168,6 +170,20 @@ def test_seed_then_pseudo_labels_continues_seeds_model_taught_by_bm25_and_the_st
     assert run["model"]["model_name_or_path"] == str(adaptation_run.work / "pubmedqa" / "seed" / "seed-1" / "adapted")
     assert run["recipe"]["teacher"] == ["bm25", str(minilm_dir)]
     assert run["data"]["pseudo_queries"] == ["sentences"]
+
+
+def test_seed_or_start_then_pseudo_labels_trains_whichever_scores_higher_on_the_pseudo_dev(adaptation_run, minilm_dir):
+    arm = adaptation_run.work / "pubmedqa" / "seed-or-start-then-pseudo-labels" / "seed-1" / "adapted"
+    run = json.loads((arm / "finetuning" / "run.json").read_text())
+    steps = adaptation_run.results_after_first
+    seed, start = (steps[f"pubmedqa/{key}/seed-1/pseudo-dev"]["ndcg@10"] for key in ("seed", "start"))
+    result = steps["pubmedqa/seed-or-start-then-pseudo-labels/seed-1/adaptation"]
+
+    assert run["model"]["model_name_or_path"] == str(adaptation_run.work / "pubmedqa" / "seed" / "seed-1" / "adapted")
+    assert run["model"]["candidate_starts"] == [str(minilm_dir)]
+    # The start the run trained and compared its round with is the better of the two on the pseudo-dev (SEED's on a tie).
+    assert result["own_pseudo_dev_start"] == pytest.approx(max(seed, start))
+    assert result["trained_the_given_start"] == (seed >= start)
 
 
 def test_the_decoder_arms_train_what_they_say(adaptation_run):

@@ -96,6 +96,18 @@ def test_a_missing_starting_checkpoint_is_refused(capsys, out, scifact_slice, tm
     assert "no such folder" in error
 
 
+def test_a_missing_candidate_start_or_the_start_again_as_a_candidate_is_refused(capsys, out, scifact_slice, minilm_dir, tmp_path):
+    missing = refused(capsys, out, [
+        "--model_name_or_path", minilm_dir, "--candidate_starts", tmp_path / "absent", "--data_dir", scifact_slice,
+    ])
+    again = refused(capsys, out, [
+        "--model_name_or_path", minilm_dir, "--candidate_starts", minilm_dir, "--data_dir", scifact_slice,
+    ])
+
+    assert f"--candidate_starts {tmp_path / 'absent'}: no such folder" in missing
+    assert f"--candidate_starts {minilm_dir}: that is --model_name_or_path already" in again
+
+
 def test_sparse_on_a_checkpoint_without_an_mlm_head_is_refused(capsys, out, scifact_slice, minilm_dir):
     error = refused(capsys, out, ["--model_name_or_path", minilm_dir, "--data_dir", scifact_slice, "--sparse"])
 

@@ -4,6 +4,9 @@ The start is a candidate like every round: the final model is the best round on 
 the start; else the run says so in one line, the card says so, and the start's weights are published unchanged.
 The run below is all-MiniLM-L6-v2 trained at a rate far too high for it (1e-3) on a slice of SciFact, which a
 trained retriever does not survive.
+
+With --candidate_starts the start itself is chosen on dev: a run given that wrecked model, with all-MiniLM-L6-v2 as
+a candidate (a two-step recipe whose first step lost), trains all-MiniLM-L6-v2 and compares its rounds with it.
 """
 
 import json
@@ -17,6 +20,7 @@ from pretrain_helpers import weights
 from training.common.models import load_sentence_transformer
 from training.finetuning.pipeline import best_round
 from training.finetuning.rounds import DEV_METRICS_FILE, RoundPlan
+from training.finetuning.starts import best_start
 
 
 class CapturedWarnings(logging.Handler):
@@ -120,3 +124,65 @@ def test_the_final_model_is_the_best_round_only_where_it_beats_the_start(tmp_pat
     best = best_round(rounds_scoring(tmp_path, *round_scores), {"dev_ndcg@10": start_score}, "dev_ndcg@10")
 
     assert (None if best is None else best.number) == chosen
+
+
+@pytest.fixture(scope="module")
+def candidate_run(wrecked_run, minilm_dir, scifact_slice, tmp_path_factory):
+    """A two-step recipe gone wrong: the start given is the wrecked round (worse than all-MiniLM-L6-v2 on dev), with
+    all-MiniLM-L6-v2, the model it came from, as a candidate start; otherwise the wrecked run's flags."""
+    wrecked = round_dir(wrecked_run[0], 1) / "model"
+    out = tmp_path_factory.mktemp("candidates") / "st"
+    with CapturedWarnings() as lines:
+        assert finetune([
+            "--model_name_or_path", wrecked, "--candidate_starts", minilm_dir, "--data_dir", scifact_slice,
+            "--output_dir", out, *TINY_FINETUNE, "--negatives", "bm25", "--mining_rounds", "1", "--dev_fraction", "0.3",
+        ]) == 0
+    return out, wrecked, lines
+
+
+
+def test_of_the_candidate_starts_the_run_trains_the_best_on_dev_and_compares_its_rounds_with_it(
+    candidate_run, wrecked_run, minilm_dir
+):
+    out, wrecked, _ = candidate_run
+    candidates = json.loads((out / "finetuning" / "candidate_starts_dev_metrics.json").read_text())
+    minilm_on_dev = dev_ndcg(wrecked_run[0] / "finetuning" / "start_dev_metrics.json")
+
+    assert candidates[str(wrecked)]["dev_ndcg@10"] < candidates[str(minilm_dir)]["dev_ndcg@10"] == minilm_on_dev
+    assert dev_ndcg(out / "finetuning" / "start_dev_metrics.json") == minilm_on_dev
+    # Trained from all-MiniLM-L6-v2 with the same data and seed, the round is the wrecked run's round again.
+    assert json.loads((round_dir(out, 1) / DEV_METRICS_FILE).read_text()) == json.loads(
+        (round_dir(wrecked_run[0], 1) / DEV_METRICS_FILE).read_text()
+    )
+    # No round beat the chosen start: its weights are published, not the given start's.
+    published, start_weights = weights(out), weights(minilm_dir)
+    assert all(torch.equal(published[name], start_weights[name]) for name in published)
+
+
+def test_the_log_and_the_card_say_which_start_was_chosen_and_why(candidate_run, minilm_dir):
+    out, wrecked, lines = candidate_run
+    candidates = json.loads((out / "finetuning" / "candidate_starts_dev_metrics.json").read_text())
+    line = (
+        f"Started from {minilm_dir}, the best of the candidate starts on the dev split (dev_ndcg@10: "
+        f"{wrecked} {candidates[str(wrecked)]['dev_ndcg@10']:.3f}, {minilm_dir} {candidates[str(minilm_dir)]['dev_ndcg@10']:.3f})."
+    )
+    card = (out / "README.md").read_text()
+
+    assert line in lines
+    assert f"- **Starting checkpoint**: `{minilm_dir}` (sentence-transformer). {line}" in card
+
+
+@pytest.mark.parametrize(
+    ("scores", "chosen"),
+    [
+        ((0.60, 0.70), "candidate-1"),  # a candidate beats --model_name_or_path
+        ((0.60, 0.70, 0.65), "candidate-1"),  # the best candidate, not the last
+        ((0.70, 0.60, 0.65), "given"),  # no candidate beats --model_name_or_path
+        ((0.65, 0.65), "given"),  # a tie keeps the start the user named
+    ],
+)
+def test_the_start_is_the_best_of_the_candidates_on_dev_and_the_one_given_on_a_tie(scores, chosen):
+    paths = ["given", *(f"candidate-{number}" for number in range(1, len(scores)))]
+    metrics = {path: {"dev_ndcg@10": score} for path, score in zip(paths, scores)}
+
+    assert best_start(paths, metrics, "dev_ndcg@10") == chosen

@@ -31,6 +31,17 @@ class FinetuningModelArguments:
             "`accelerate launch training/pretrain.py` writes."
         },
     )
+    candidate_starts: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Other folders the run may start from, such as the retriever that --model_name_or_path was adapted "
+            "from (training/pretrain.py, then this script). Each is scored on the dev split beside "
+            "--model_name_or_path before training; the run trains the best of them (--model_name_or_path wins a tie) "
+            "and publishes a round only where it beats that start, so it never publishes a model that its dev split "
+            "found worse than any of them. The --learning_rate default and the 'start' teacher still follow "
+            "--model_name_or_path. Default: none, the run starts from --model_name_or_path."
+        },
+    )
     pooling: str | None = field(
         default=None,
         metadata={
@@ -87,6 +98,11 @@ class FinetuningModelArguments:
         if self.max_seq_length is not None and self.max_seq_length < 8:
             raise InputError(f"--max_seq_length {self.max_seq_length}: too short for a query or a passage (at least 8).")
         check_hub_model_id(self.base_model, "--base_model")
+        if self.candidate_starts and self.model_name_or_path in self.candidate_starts:
+            raise InputError(
+                f"--candidate_starts {self.model_name_or_path}: that is --model_name_or_path already; name only the "
+                "other folders the run may start from."
+            )
 
 
 @dataclass

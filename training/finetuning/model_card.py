@@ -146,11 +146,12 @@ def final_choice(best: RoundPlan | None, kept_start_line: str | None) -> str:
 
 def write_model_card(
     folder: Path, *, plans, best, start_metrics, test_metrics, model_args, data_args, recipe_summary, training_args,
-    training_set, starting_kind, model_class: str, model_description: str, extra_columns: list[tuple[str, str]],
-    kept_start_line: str | None = None,
+    training_set, start_path: str, starting_kind, model_class: str, model_description: str,
+    extra_columns: list[tuple[str, str]], kept_start_line: str | None = None, start_choice_line: str | None = None,
 ) -> None:
     """Append the fine-tuning section to the card sentence-transformers wrote into `folder`, with its plot. `best` is
-    the published round, or None when the start was kept (`kept_start_line` then says why)."""
+    the published round, or None when the start was kept (`kept_start_line` then says why); `start_choice_line` says
+    how the start was chosen among --candidate_starts, when there were some."""
     metric_key = f"dev_{PRIMARY_METRIC}"
     plot_training_curves(*curves(plans, start_metrics, metric_key), f"dev {PRIMARY_METRIC}", folder / CURVES_PLOT)
     start_row = "starting checkpoint" + (" (final)" if best is None else "")
@@ -165,8 +166,8 @@ def write_model_card(
     section = Template(model_card_template(TEMPLATE)).render(
         model_class=model_class,
         model_description=model_description,
-        start={"path": model_args.model_name_or_path, "kind": starting_kind,
-               "seed": seed_decoder_settings(model_args.model_name_or_path)},
+        start={"path": start_path, "kind": starting_kind, "seed": seed_decoder_settings(start_path),
+               "choice": start_choice_line},
         recipe=recipe_summary,
         data_description=training_set.description,
         training={

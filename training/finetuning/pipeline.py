@@ -5,7 +5,8 @@ negatives (given, mined by BM25, or ANCE-style from the current model's own inde
 teacher, its scores. Every input is checked before anything is written; an interrupted run
 resumes from its last whole round or checkpoint; the final model is the round with the best dev
 nDCG@10, or the start itself, unchanged, when no round beats it there; it appears in the output folder only once it
-is complete. A SEED start is loaded, trained and
+is complete. With --candidate_starts the start is the best of them and --model_name_or_path on the dev split
+(`starts.py`). A SEED start is loaded, trained and
 saved as plain BERT (`common/models.py`), and the published folder carries the fields serving tools read
 (`common/serving.py`): it loads without this package or remote code.
 
@@ -68,6 +69,7 @@ from .fresh_crops import FreshCrops
 from .model_card import describe_recipe, fill_card_data, write_model_card
 from .pseudo_queries import TITLES
 from .rounds import SAVING, RoundPlan, prepare_examples, train_round, write_json_atomically
+from .starts import CANDIDATE_STARTS_FILE, best_start, candidate_dev_metrics, start_choice_line
 from .teachers import check_teacher_specs, load_teacher, with_start_teacher
 
 logger = logging.getLogger(__name__)
@@ -105,11 +107,11 @@ def load_training_set(data_args: FinetuningDataArguments, seed: int) -> Training
     )
 
 
-def check_starting_point(path: str) -> None:
+def check_starting_point(path: str, flag: str = "--model_name_or_path") -> None:
     if not Path(path).is_dir():
         hint = " Run `accelerate launch training/pretrain.py` first, which writes it." if path == "seed-encoder" else ""
         raise InputError(
-            f"--model_name_or_path {path}: no such folder.{hint} Pass a SEED pretraining folder, a BERT-family "
+            f"{flag} {path}: no such folder.{hint} Pass a SEED pretraining folder, a BERT-family "
             "checkpoint or a SentenceTransformer folder (nothing is downloaded)."
         )
 
@@ -231,6 +233,8 @@ def run_finetuning(
         level=logging.INFO if training_args.should_log else logging.WARNING,
     )
     check_starting_point(model_args.model_name_or_path)
+    for path in model_args.candidate_starts or []:
+        check_starting_point(path, "--candidate_starts")
     if training_args.learning_rate is None:
         training_args.learning_rate = default_learning_rate(model_args.model_name_or_path)
     family = retriever_family(model_args)
@@ -283,6 +287,29 @@ def kept_start_line(plans: list[RoundPlan], start_metrics: dict, metric: str) ->
     )
 
 
+def choose_start(family: RetrieverFamily, model, model_args, evaluator, state_dir: Path, training_args):
+    """(the start's path, its model, its dev metrics, the line saying how it was chosen or None): --model_name_or_path,
+    or with --candidate_starts whichever of them scores best on the dev split."""
+    start_path = model_args.model_name_or_path
+    choice_line = None
+    if model_args.candidate_starts:
+        paths = [start_path, *model_args.candidate_starts]
+        metric = evaluator.primary_metric
+        metrics = on_main_process(training_args, lambda: candidate_dev_metrics(
+            paths, lambda path: model if path == start_path else family.load(path, model_args), evaluator,
+            state_dir / CANDIDATE_STARTS_FILE,
+        ))
+        start_path = best_start(paths, metrics, metric)
+        choice_line = start_choice_line(paths, metrics, metric, start_path)
+        if start_path == model_args.model_name_or_path:
+            logger.info(choice_line)
+        else:  # the run trains another model than --model_name_or_path: said where a user looks
+            logger.warning(choice_line)
+            model = family.load(start_path, model_args)
+    start_metrics = evaluate_once(state_dir / START_METRICS_FILE, model, evaluator, training_args)
+    return start_path, model, start_metrics, choice_line
+
+
 def finetune_in_rounds(
     family: RetrieverFamily, model, model_args, data_args, recipe, training_args, training_set: TrainingSet,
     test_collection: Collection | None, timer: PhaseTimer,
@@ -294,7 +321,7 @@ def finetune_in_rounds(
     evaluator = RetrievalEvaluator(
         training_set.dev, name="dev", batch_size=batch_size, show_progress_bar=True, cache_dir=cache_dir, timer=timer
     )
-    start_metrics = evaluate_once(state_dir / START_METRICS_FILE, model, evaluator, training_args)
+    start_path, model, start_metrics, start_choice = choose_start(family, model, model_args, evaluator, state_dir, training_args)
     teacher = load_teacher(recipe.teacher, training_set.corpus) if recipe.teacher else None
 
     plans = [RoundPlan(number, state_dir / f"round-{number}") for number in range(1, recipe.mining_rounds + 1)]
@@ -335,7 +362,7 @@ def finetune_in_rounds(
     kept_start = kept_start_line(plans, start_metrics, evaluator.primary_metric) if best is None else None
     if best is None:
         logger.warning(kept_start)
-        final_model = family.load(model_args.model_name_or_path, model_args)
+        final_model = family.load(start_path, model_args)
         fill_card_data(final_model, model_args, training_set)
         final_model.model_card_data.train_datasets = []  # the published weights never saw them
     else:
@@ -371,7 +398,9 @@ def finetune_in_rounds(
                 recipe_summary=describe_recipe(recipe, family.loss(final_model, recipe, model_args)),
                 training_args=training_args,
                 training_set=training_set,
-                starting_kind=model_kind(model_args.model_name_or_path),
+                start_path=start_path,
+                starting_kind=model_kind(start_path),
+                start_choice_line=start_choice,
                 model_class=family.name,
                 model_description=family.describe(final_model),
                 extra_columns=[(stat, header) for stat, header, _ in STAT_COLUMNS] if family.sparse else [],

@@ -1,0 +1,41 @@
+"""The start of a fine-tuning run: --model_name_or_path, or the best of it and --candidate_starts on the dev split.
+
+A two-step recipe (continue a trained retriever on a corpus with `training/pretrain.py`, then fine-tune the result)
+has two models to start from: the adapted one and the retriever it was adapted from. A run that compares its rounds
+only with the adapted model can publish a model that is worse than the original, when the first step lost more than
+the second won back. With the original among the candidate starts, the run trains whichever scores higher on its dev
+split, and compares its rounds with that one.
+"""
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from .rounds import write_json_atomically
+
+CANDIDATE_STARTS_FILE = "candidate_starts_dev_metrics.json"
+
+
+def candidate_dev_metrics(paths: list[str], load: Callable, evaluate: Callable, kept_in: Path) -> dict[str, dict]:
+    """Each path's dev metrics (`evaluate(load(path))`), computed once and kept in `kept_in`, so that a resumed run
+    chooses the same start without scoring them again."""
+    if kept_in.is_file():
+        return json.loads(kept_in.read_text())
+    metrics = {path: evaluate(load(path)) for path in paths}
+    write_json_atomically(kept_in, metrics)
+    return metrics
+
+
+def best_start(paths: list[str], metrics: dict[str, dict], metric: str) -> str:
+    """The path with the highest dev `metric`; the first (--model_name_or_path) unless another beats it strictly."""
+    best = paths[0]
+    for path in paths[1:]:
+        if metrics[path][metric] > metrics[best][metric]:
+            best = path
+    return best
+
+
+def start_choice_line(paths: list[str], metrics: dict[str, dict], metric: str, chosen: str) -> str:
+    """What the log and the card say about the choice, in one line."""
+    scores = ", ".join(f"{path} {metrics[path][metric]:.3f}" for path in paths)
+    return f"Started from {chosen}, the best of the candidate starts on the dev split ({metric}: {scores})."

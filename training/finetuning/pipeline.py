@@ -290,23 +290,26 @@ def kept_start_line(plans: list[RoundPlan], start_metrics: dict, metric: str) ->
 def choose_start(family: RetrieverFamily, model, model_args, evaluator, state_dir: Path, training_args):
     """(the start's path, its model, its dev metrics, the line saying how it was chosen or None): --model_name_or_path,
     or with --candidate_starts whichever of them scores best on the dev split."""
-    start_path = model_args.model_name_or_path
-    choice_line = None
-    if model_args.candidate_starts:
-        paths = [start_path, *model_args.candidate_starts]
-        metric = evaluator.primary_metric
-        metrics = on_main_process(training_args, lambda: candidate_dev_metrics(
-            paths, lambda path: model if path == start_path else family.load(path, model_args), evaluator,
-            state_dir / CANDIDATE_STARTS_FILE,
-        ))
-        start_path = best_start(paths, metrics, metric)
-        choice_line = start_choice_line(paths, metrics, metric, start_path)
-        if start_path == model_args.model_name_or_path:
-            logger.info(choice_line)
-        else:  # the run trains another model than --model_name_or_path: said where a user looks
-            logger.warning(choice_line)
-            model = family.load(start_path, model_args)
-    start_metrics = evaluate_once(state_dir / START_METRICS_FILE, model, evaluator, training_args)
+    if not model_args.candidate_starts:
+        start_metrics = evaluate_once(state_dir / START_METRICS_FILE, model, evaluator, training_args)
+        return model_args.model_name_or_path, model, start_metrics, None
+    given = model_args.model_name_or_path
+    paths = [given, *model_args.candidate_starts]
+    metric = evaluator.primary_metric
+    metrics = on_main_process(training_args, lambda: candidate_dev_metrics(
+        paths, lambda path: model if path == given else family.load(path, model_args), evaluator,
+        state_dir / CANDIDATE_STARTS_FILE,
+    ))
+    start_path = best_start(paths, metrics, metric)
+    choice_line = start_choice_line(paths, metrics, metric, start_path)
+    if start_path == given:
+        logger.info(choice_line)
+    else:  # the run trains another model than --model_name_or_path: said where a user looks
+        logger.warning(choice_line)
+        model = family.load(start_path, model_args)
+    # Scored with the candidates already: kept where every run keeps its start's dev metrics, not scored again.
+    start_metrics = metrics[start_path]
+    on_main_process(training_args, lambda: write_json_atomically(state_dir / START_METRICS_FILE, start_metrics))
     return start_path, model, start_metrics, choice_line
 
 

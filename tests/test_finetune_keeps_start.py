@@ -18,6 +18,9 @@ import torch
 from finetune_helpers import PROBE_TEXTS, TINY_FINETUNE, finetune, round_dir
 from pretrain_helpers import weights
 from training.common.models import load_sentence_transformer
+from training.finetuning.arguments import FinetuningModelArguments
+from training.finetuning.data import training_set_from_beir
+from training.finetuning.model_card import fill_card_data
 from training.finetuning.pipeline import best_round
 from training.finetuning.rounds import DEV_METRICS_FILE, RoundPlan
 from training.finetuning.starts import best_start
@@ -140,7 +143,6 @@ def candidate_run(wrecked_run, minilm_dir, scifact_slice, tmp_path_factory):
     return out, wrecked, lines
 
 
-
 def test_of_the_candidate_starts_the_run_trains_the_best_on_dev_and_compares_its_rounds_with_it(
     candidate_run, wrecked_run, minilm_dir
 ):
@@ -170,6 +172,24 @@ def test_the_log_and_the_card_say_which_start_was_chosen_and_why(candidate_run, 
 
     assert line in lines
     assert f"- **Starting checkpoint**: `{minilm_dir}` (sentence-transformer). {line}" in card
+
+
+def test_the_cards_licence_and_base_model_are_the_trained_starts_not_the_given_ones(tmp_path, minilm_dir, scifact_slice):
+    """A run that chose a candidate publishes weights that came from it: the card must not declare the licence or
+    the Hub id of --model_name_or_path for them."""
+    given = tmp_path / "given"
+    given.mkdir()
+    (given / "README.md").write_text("---\nlicense: mit\n---\n")
+    model_args = FinetuningModelArguments(
+        model_name_or_path=str(given), candidate_starts=[str(minilm_dir)], base_model="someone/given-retriever"
+    )
+    model = load_sentence_transformer(str(minilm_dir))
+    training_set = training_set_from_beir(str(scifact_slice), 0.3, None, 3)
+
+    fill_card_data(model, model_args, training_set, start_path=str(minilm_dir))
+    assert (model.model_card_data.license, model.model_card_data.base_model) == ("apache-2.0", None)
+    fill_card_data(model, model_args, training_set, start_path=str(given))
+    assert (model.model_card_data.license, model.model_card_data.base_model) == ("mit", "someone/given-retriever")
 
 
 @pytest.mark.parametrize(

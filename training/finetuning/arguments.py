@@ -74,17 +74,17 @@ class FinetuningModelArguments:
     base_model: str | None = field(
         default=None,
         metadata={
-            "help": "The starting checkpoint's Hub id (e.g. sentence-transformers/all-MiniLM-L6-v2), for the model card's "
-            "base_model. Default: none there, since the start is a local folder and the Hub refuses paths in that "
-            "field; the card's text names the folder."
+            "help": "--model_name_or_path's Hub id (e.g. sentence-transformers/all-MiniLM-L6-v2), for the model card's "
+            "base_model (left out where --candidate_starts chose another start). Default: none there, since the start "
+            "is a local folder and the Hub refuses paths in that field; the card's text names the folder."
         },
     )
     license: str | None = field(
         default=None,
         metadata={
             "help": "Licence of the fine-tuned model for the model card, as a Hub licence id (e.g. apache-2.0, mit, "
-            "cc-by-4.0). Default: the starting checkpoint's, from its model card; the training data's terms may "
-            "call for another: check them."
+            "cc-by-4.0). Default: the starting checkpoint's (with --candidate_starts, the one chosen), from its model "
+            "card; the training data's terms may call for another: check them."
         },
     )
 

@@ -53,15 +53,18 @@ def dev_examples(dev: Collection, count: int) -> list[tuple[str, list[str]]]:
     return examples
 
 
-def fill_card_data(model, model_args, training_set: TrainingSet) -> None:
+def fill_card_data(model, model_args, training_set: TrainingSet, start_path: str) -> None:
     """Put what the run knows into sentence-transformers' card data (the card's YAML header and model details),
     before the trainer reads it: the starting checkpoint's Hub id (when given) as base model, language, licence, the
     training data's name, and widget and usage examples from dev queries and their judged documents (the trainer
-    would otherwise pick random training texts)."""
+    would otherwise pick random training texts). `start_path` is the start the run trained, which with
+    --candidate_starts may be another folder than --model_name_or_path: its licence is the one that applies, and
+    --base_model names --model_name_or_path, so another start gets no base model rather than a wrong one."""
     card_data = model.model_card_data
-    card_data.base_model = model_args.base_model  # assigned: set_base_model would look it up on the Hub
+    # Assigned: set_base_model would look it up on the Hub.
+    card_data.base_model = model_args.base_model if start_path == model_args.model_name_or_path else None
     card_data.set_language(model_args.language)
-    card_data.set_license(model_args.license or starting_licence(model_args.model_name_or_path))
+    card_data.set_license(model_args.license or starting_licence(start_path))
     card_data.train_datasets = [{"name": training_set.name}]
     examples = dev_examples(training_set.dev, WIDGET_EXAMPLES)
     if card_data.pipeline_tag == "sentence-similarity":

@@ -347,7 +347,7 @@ def finetune_in_rounds(
                     ),
                 ),
             )
-        fill_card_data(model, model_args, training_set)
+        fill_card_data(model, model_args, training_set, start_path)
         train_dataset, dataset_callbacks = round_dataset(training_set, examples, scores, f"{training_args.seed}/{plan.number}")
         trainer = family.trainer(
             model=model,
@@ -366,7 +366,7 @@ def finetune_in_rounds(
     if best is None:
         logger.warning(kept_start)
         final_model = family.load(start_path, model_args)
-        fill_card_data(final_model, model_args, training_set)
+        fill_card_data(final_model, model_args, training_set, start_path)
         final_model.model_card_data.train_datasets = []  # the published weights never saw them
     else:
         final_model = family.load(str(best.model_dir), model_args)

@@ -283,7 +283,8 @@ def section(title: str, results: dict, few_shot: tuple[int, ...], agreement: boo
     guard_table = markdown_table(
         ["arm", "published − start, per seed", "start kept", f"never loses (≥ −{NEVER_LOSES_MARGIN})"],
         [[BY_KEY[item["arm"]].name, ", ".join(f"{value:+.4f}" for value in item["differences"]),
-          f"{item['kept']} of {len(item['differences'])}", "yes" if item["holds"] else "no"] for item in guard],
+          "-" if item["kept"] is None else f"{item['kept']} of {len(item['differences'])}",
+          "yes" if item["holds"] else "no"] for item in guard],
     )
     markdown = (
         f"## {title}\n\n{table}\n\nClaims, as per-seed differences:\n\n{claim_table}\n\nWhat the recipe publishes "

@@ -49,21 +49,23 @@ def with_published(results: dict) -> dict:
 
 
 def never_loses(results: dict) -> list[dict]:
-    """Per arm (the start left out): each seed's published nDCG@10 minus the start's, how often the start was kept,
-    and whether no seed lost more than NEVER_LOSES_MARGIN."""
+    """Per arm (the start left out): each seed's published nDCG@10 minus the start's, how often the start was kept
+    (None where no seed says, as in a macro average: the start is kept or not per collection), and whether no seed
+    lost more than NEVER_LOSES_MARGIN."""
     found = []
     for key, per_seed in results.items():
         if key == START.key:
             continue
-        differences, kept = [], 0
+        differences, kept = [], []
         for seed, steps in per_seed.items():
             start = results.get(START.key, {}).get(seed, {})
             if PUBLISHED in steps and ZERO_SHOT in start:
                 differences.append(steps[PUBLISHED][METRIC] - start[ZERO_SHOT][METRIC])
-                kept += bool(steps[PUBLISHED].get("kept_start"))
+                if "kept_start" in steps[PUBLISHED]:
+                    kept.append(steps[PUBLISHED]["kept_start"])
         if differences:
             found.append({
-                "arm": key, "differences": differences, "kept": kept,
+                "arm": key, "differences": differences, "kept": sum(kept) if kept else None,
                 "holds": min(differences) >= -NEVER_LOSES_MARGIN,
             })
     return found

@@ -86,3 +86,18 @@ def test_the_agreement_table_has_a_row_per_seed_and_the_mean_tau():
     assert [item["kendall_tau"] for item in found["per_seed"]] == [pytest.approx(1.0), pytest.approx(-1.0)]
     assert found["mean_kendall_tau"] == pytest.approx(0.0)
     assert "Mean Kendall tau over seeds: +0.000." in found["markdown"]
+
+
+def test_the_macro_averages_guard_table_leaves_the_kept_count_blank_rather_than_none_kept():
+    """The start is kept or not per collection: over collections there is no one yes/no to count, so the macro
+    table says nothing there, where it used to count SEED as never keeping the start although it kept it everywhere."""
+    from adaptation import BY_KEY
+    from domain_adaptation import macro_average, section
+
+    collection = with_published({"start": {1: steps(0.60, 0.64)}, "seed": {1: steps(0.50, 0.58)}})  # keeps the start
+    macro = macro_average([collection, collection])
+    (guard,) = never_loses(macro)
+
+    assert guard["kept"] is None and guard["differences"] == [0.0] and guard["holds"]
+    assert f"| {BY_KEY['seed'].name} | +0.0000 | - | yes |" in section("macro", macro, (), agreement=False)["markdown"]
+    assert never_loses(collection)[0]["kept"] == 1  # per collection it is counted

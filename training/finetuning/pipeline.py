@@ -68,7 +68,7 @@ from .families import RetrieverFamily, retriever_family
 from .fresh_crops import FreshCrops
 from .model_card import describe_recipe, fill_card_data, write_model_card
 from .pseudo_queries import TITLES
-from .rounds import SAVING, RoundPlan, prepare_examples, train_round, write_json_atomically
+from .rounds import SAVING, RoundPlan, computed_once, prepare_examples, train_round, write_json_atomically
 from .starts import CANDIDATE_STARTS_FILE, best_start, candidate_dev_metrics, start_choice_line
 from .teachers import check_teacher_specs, load_teacher, with_start_teacher
 
@@ -211,13 +211,7 @@ def round_arguments(training_args: SeedFinetuningArguments, folder: Path) -> See
 
 def evaluate_once(path: Path, model, evaluator, training_args) -> dict:
     """The evaluator's metrics of `model`, computed once per output folder (by the main process) and kept in `path`."""
-
-    def evaluate() -> dict:
-        if not path.is_file():
-            write_json_atomically(path, evaluator(model))
-        return json.loads(path.read_text())
-
-    return on_main_process(training_args, evaluate)
+    return on_main_process(training_args, lambda: computed_once(path, lambda: evaluator(model)))
 
 
 def run_finetuning(

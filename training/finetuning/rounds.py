@@ -56,6 +56,13 @@ def write_json_atomically(path: Path, value) -> None:
     temporary.replace(path)
 
 
+def computed_once(path: Path, compute: Callable):
+    """`compute()`, computed once and kept in `path` as JSON: a resumed run reads it back instead of computing again."""
+    if not path.is_file():
+        write_json_atomically(path, compute())
+    return json.loads(path.read_text())
+
+
 def negative_candidates(round_number: int, source: str, training_set: TrainingSet, recipe, retriever_for_model):
     """Who ranks the negatives of this round: given ones, BM25, or (ANCE-style, after round 1) the model itself."""
     if source == "none":

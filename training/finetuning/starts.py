@@ -7,11 +7,10 @@ the second won back. With the original among the candidate starts, the run train
 split, and compares its rounds with that one.
 """
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
-from .rounds import write_json_atomically
+from .rounds import computed_once
 
 CANDIDATE_STARTS_FILE = "candidate_starts_dev_metrics.json"
 
@@ -19,11 +18,7 @@ CANDIDATE_STARTS_FILE = "candidate_starts_dev_metrics.json"
 def candidate_dev_metrics(paths: list[str], load: Callable, evaluate: Callable, kept_in: Path) -> dict[str, dict]:
     """Each path's dev metrics (`evaluate(load(path))`), computed once and kept in `kept_in`, so that a resumed run
     chooses the same start without scoring them again."""
-    if kept_in.is_file():
-        return json.loads(kept_in.read_text())
-    metrics = {path: evaluate(load(path)) for path in paths}
-    write_json_atomically(kept_in, metrics)
-    return metrics
+    return computed_once(kept_in, lambda: {path: evaluate(load(path)) for path in paths})
 
 
 def best_start(paths: list[str], metrics: dict[str, dict], metric: str) -> str:

@@ -1,8 +1,9 @@
 """Label-free domain adaptation as steps: continue a trained Siamese encoder on a collection's corpus alone with each
-objective (MLM, TSDAE, SEED's weak decoder, a strong decoder, the weak decoder alone, pseudo-label distillation from
-each kind of pseudo-query, SEED then pseudo-label distillation from SEED's model or from whichever of it and the start
-scores higher on the pseudo-dev), then evaluate it zero-shot, on a pseudo-dev and after
-few-shot fine-tuning; the start itself, unadapted, and the zero-shot RRF of BM25 and the start are rows too.
+objective (MLM, TSDAE, SEED's weak decoder, SEED after its new heads learn on the frozen start, a strong decoder, the
+weak decoder alone, pseudo-label distillation from each kind of pseudo-query, SEED then pseudo-label distillation from
+SEED's model or from whichever of it and the start scores higher on the pseudo-dev), then evaluate it zero-shot, on a
+pseudo-dev and after few-shot fine-tuning; the start itself, unadapted, and the zero-shot RRF of BM25 and the start are
+rows too.
 
 The pseudo-dev of a collection and seed is the dev split `training/finetune.py --corpus_file <corpus> --pseudo_queries
 sentences --seed <seed>` holds out (10% of the passages, one sentence of each as its query, cut from the passage it
@@ -25,6 +26,7 @@ The work folder:
     collections/pubmedqa/                  the PubMedQA collection, when --pubmedqa_pairs builds it
     <collection>/<arm>/seed-<S>/adapted/   the arm's adapted model (pretraining folder, TSDAE's SentenceTransformer, or
                                            the pseudo-label run's folder, its trained round in finetuning/round-1/model)
+    <collection>/<arm>/seed-<S>/heads/     the warm-heads arm's first half: the new heads trained on the frozen start
     <collection>/<arm>/seed-<S>/k<K>/      fine-tuned on K training queries drawn with seed S (start/seed-<S>/k<K> too)
     embedding-cache/                       corpus embeddings of the evaluated models, keyed by their weights
 """
@@ -47,6 +49,7 @@ from training.finetuning.pipeline import RUN_FILE, START_METRICS_FILE, STATE_DIR
 from training.finetuning.pseudo_queries import CROPS, SENTENCES, TITLES
 from training.finetuning.rounds import EXAMPLES_FILE, MODEL_DIR, RoundPlan
 from training.finetuning.starts import CANDIDATE_STARTS_FILE, best_start
+from training.pretraining.arguments import WARM_START_DECODER_LR_FACTOR
 from tsdae import train_tsdae
 
 METRICS = ("ndcg@10", "recall@100")
@@ -69,7 +72,10 @@ class AdaptationArm:
     """One way to continue the start on the corpus: pre-training flags for `training/pretrain.py`, TSDAE,
     pseudo-label distillation over `pseudo_queries` (`training/finetune.py`) continuing `student` (the start, or the
     model another arm adapted; with `start_is_candidate`, the start instead where it scores higher on the pseudo-dev:
-    `--candidate_starts`), or none; `fusion`: no model of its own, the RRF of BM25 and the start."""
+    `--candidate_starts`), or none; `fusion`: no model of its own, the RRF of BM25 and the start. With `warm_heads`,
+    the pre-training runs in two halves of the steps: first only the new heads train, on the frozen start
+    (`--freeze_encoder`, at the new decoder's rate), then everything, continuing that run (linear probing, then
+    fine-tuning); with the same seed, the second half draws the first half's batches again."""
 
     key: str
     name: str
@@ -79,6 +85,7 @@ class AdaptationArm:
     student: str = "start"
     start_is_candidate: bool = False
     fusion: bool = False
+    warm_heads: bool = False
 
     @property
     def adapts(self) -> bool:
@@ -100,6 +107,10 @@ ARMS = (
     AdaptationArm("mlm", "MLM only (λ = 0)", ("--decoder_loss_weight", "0")),
     AdaptationArm("tsdae", "TSDAE (sentence-transformers, deletion 0.6, tied decoder)", tsdae=True),
     SEED,
+    AdaptationArm(
+        "seed-warm-heads", "SEED after its new heads learn on the frozen start (half the steps each)", WEAK,
+        warm_heads=True,
+    ),
     AdaptationArm(
         "strong-decoder", "MLM + strong decoder (3 layers, full span) on the pooled vector",
         ("--decoder_num_layers", "3", "--decoder_attention_span", "full"),
@@ -227,18 +238,31 @@ class Adaptation:
                 return tsdae_metrics(output)
             if arm.distils:
                 return self.distil(arm, seed, output)
-            run_script(pretrain.main, [
-                "--model_name_or_path", self.start, *arm.pretraining_flags, "--train_file", self.corpus_file,
-                "--output_dir", output, "--seed", seed, "--max_steps", budget.steps,
-                "--per_device_train_batch_size", budget.batch_size, "--learning_rate", budget.learning_rate,
-                "--warmup_steps", budget.warmup_steps, "--max_seq_length", budget.max_seq_length,
-                "--validation_split_percentage", budget.validation_percentage, "--eval_strategy", "steps",
-                "--eval_steps", max(1, budget.steps // budget.pretraining_evaluations),
-                "--save_steps", max(1, budget.steps // 2), "--report_to", "none", *self.precision,
-            ])
-            return pretraining_metrics(output)
+            if not arm.warm_heads:
+                self.pretrain(self.start, arm.pretraining_flags, output, seed, budget.steps)
+                return pretraining_metrics(output)
+            heads = self.folder(arm, seed) / "heads"
+            warm_rate = budget.learning_rate * WARM_START_DECODER_LR_FACTOR  # every weight trained there is new
+            self.pretrain(self.start, (
+                *arm.pretraining_flags, "--freeze_encoder", "--learning_rate", warm_rate, "--decoder_learning_rate", warm_rate,
+            ), heads, seed, budget.steps // 2)
+            self.pretrain(heads, (), output, seed, budget.steps - budget.steps // 2)
+            warmed = {f"frozen_{name}": value for name, value in pretraining_metrics(heads).items()}
+            return pretraining_metrics(output) | warmed
 
         return self.store.get_or_run(self.key(arm, seed, ADAPTATION), step)
+
+    def pretrain(self, start: Path, flags: tuple[str, ...], output: Path, seed: int, steps: int) -> None:
+        """`training/pretrain.py` from `start` on the corpus for `steps` steps of the budget (later flags win)."""
+        budget = self.budget
+        run_script(pretrain.main, [
+            "--model_name_or_path", start, "--train_file", self.corpus_file, "--output_dir", output, "--seed", seed,
+            "--max_steps", steps, "--per_device_train_batch_size", budget.batch_size,
+            "--learning_rate", budget.learning_rate, "--warmup_steps", budget.warmup_steps,
+            "--max_seq_length", budget.max_seq_length, "--validation_split_percentage", budget.validation_percentage,
+            "--eval_strategy", "steps", "--eval_steps", max(1, steps // budget.pretraining_evaluations),
+            "--save_steps", max(1, steps // 2), "--report_to", "none", *self.precision, *flags,
+        ])
 
     def distil(self, arm: AdaptationArm, seed: int, output: Path) -> dict:
         """Pseudo-label distillation with `training/finetune.py` on the corpus alone: the arm's pseudo-queries, one

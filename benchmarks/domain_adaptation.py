@@ -3,7 +3,8 @@ corpus alone (no queries, no judgments), makes the start retrieve better there?
 
 Arms: no adaptation; the zero-shot RRF of BM25 and the start (no training: the pseudo-label teacher's ceiling); MLM
 only; TSDAE (sentence-transformers' DenoisingAutoEncoderLoss); SEED (MLM + the weak decoder, reading the vector the
-start retrieves with); MLM + a strong decoder (full span); the weak decoder alone (no MLM); pseudo-label distillation
+start retrieves with); SEED after its new heads first learn on the frozen start (half the steps each); MLM + a strong
+decoder (full span); the weak decoder alone (no MLM); pseudo-label distillation
 (GPL without a generator: BM25 and the frozen start score each pseudo-query against its passage and a BM25 negative)
 with sentences, titles (where the corpus has them) or crops as pseudo-queries; SEED, then pseudo-label distillation
 (from SEED's model, or from whichever of it and the start scores higher on the pseudo-dev).
@@ -46,6 +47,7 @@ SHORT_NAMES = {
     "pseudo-labels-titles": "pseudo-labels (titles)", "pseudo-labels-crops": "pseudo-labels (crops)",
     "seed-then-pseudo-labels": "SEED then pseudo-labels",
     "seed-or-start-then-pseudo-labels": "SEED or the start, then pseudo-labels",
+    "seed-warm-heads": "SEED after warm heads",
 }
 
 
@@ -200,10 +202,11 @@ def wanted_claims(few_shot: tuple[int, ...]) -> list[tuple[str, str, str, str]]:
         ("SEED > MLM only", "seed", "mlm", zero),
         ("weak decoder > strong decoder", "seed", "strong-decoder", zero),
         ("weak decoder alone > TSDAE", "decoder-only", "tsdae", zero),
+        ("SEED after warm heads > SEED", "seed-warm-heads", "seed", zero),
     ]
     wanted += [
         (f"{SHORT_NAMES[key]} > no adaptation", key, "start", zero)
-        for key in ("rrf", "mlm", "tsdae", "strong-decoder", "decoder-only", "pseudo-labels-sentences",
+        for key in ("rrf", "mlm", "tsdae", "seed-warm-heads", "strong-decoder", "decoder-only", "pseudo-labels-sentences",
                     "pseudo-labels-titles", "pseudo-labels-crops", "seed-then-pseudo-labels",
                     "seed-or-start-then-pseudo-labels")
     ]

@@ -492,6 +492,13 @@ class SeedEncoderForPreTraining(SeedEncoderPreTrainedModel):
         self.cls.predictions.decoder = new_embeddings
         self.cls.predictions.bias = new_embeddings.bias
 
+    def freeze_encoder(self) -> None:
+        """Stop the encoder's weights training, the word embeddings the heads share with it included, so that only
+        the MLM head's transform and bias and the weak decoder's own weights learn: new heads behind a trained
+        encoder first learn to read it as it is, before their first, random gradients can reach it (linear probing
+        before fine-tuning, Kumar et al., ICLR 2022)."""
+        self.bert.requires_grad_(False)
+
     def decoder_context(self, last_hidden_state: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         """(batch, hidden) vectors the decoder reads (`config.decoder_condition`): the last layer's [CLS] states, or
         their attention-masked mean over the real tokens, as sentence-transformers' mean pooling computes it."""

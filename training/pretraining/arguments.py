@@ -187,6 +187,17 @@ class SeedPretrainingArguments(TrainingArguments):
             "the decoder is new and the encoder is not."
         },
     )
+    freeze_encoder: bool = field(
+        default=False,
+        metadata={
+            "help": "Train only the heads: the MLM head's transform and bias and the weak decoder's own weights; the "
+            "encoder, its word embeddings included (the heads share them), stays as --model_name_or_path has it. The "
+            "first of two runs when the heads are new (a warm start from a SentenceTransformer or a BERT without an "
+            "MLM head): they learn to read the encoder before their first, random gradients can reach it. Continue "
+            "from this run's --output_dir without the flag (linear probing, then fine-tuning: Kumar et al., 2022). "
+            "Needs --model_name_or_path; a frozen encoder trains faster, as nothing flows back through it.",
+        },
+    )
     train_sampling_strategy: str | None = field(
         default=None,
         metadata={

@@ -87,6 +87,11 @@ def _pretrain(model_args: ModelArguments, data_args: DataArguments, training_arg
         training_args.train_sampling_strategy = BUNDLED_CORPUS_SAMPLING if bundled_corpus else DEFAULT_SAMPLING
 
     source = resolve_model_source(model_args)
+    if training_args.freeze_encoder and source.path is None:
+        raise InputError(
+            "--freeze_encoder keeps the encoder as it starts, and a new model's encoder is random: pass "
+            "--model_name_or_path with the trained encoder whose new heads should learn to read it."
+        )
     config = source.config
     if training_args.decoder_learning_rate is None:
         warm_start = source.kind == "bert"
@@ -144,6 +149,13 @@ def _pretrain(model_args: ModelArguments, data_args: DataArguments, training_arg
             model = SeedEncoderForPreTraining.from_encoder_checkpoint(source.path, config)
         except ValueError as error:
             raise InputError(f"--model_name_or_path {error}") from None
+    if training_args.freeze_encoder:
+        model.freeze_encoder()
+        trained = sum(parameter.numel() for parameter in model.parameters() if parameter.requires_grad)
+        logger.info(
+            "--freeze_encoder: training %d of the model's %d weights (the MLM head's transform and bias, the decoder's "
+            "own weights); the encoder stays as %s has it", trained, model.num_parameters(), source.path,
+        )
 
     if training_args.overwrite_output_dir:
         with training_args.main_process_first(desc="clearing --output_dir"):
@@ -207,6 +219,7 @@ def _pretrain(model_args: ModelArguments, data_args: DataArguments, training_arg
             max_seq_length=data_args.max_seq_length,
             train_samples=None if streaming else len(train_dataset),
             warm_start=source.path if source.kind == "bert" else None,
+            frozen_encoder=training_args.freeze_encoder,
             base_model=model_args.base_model,
             repo_id=training_args.hub_model_id or Path(training_args.output_dir).name,
         )

@@ -12,8 +12,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 
-from pretrain_helpers import subprocess_env
+from pretrain_helpers import subprocess_env, weights
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BENCHMARK = REPO_ROOT / "benchmarks" / "domain_adaptation.py"
@@ -24,7 +25,7 @@ from tsdae import delete_words  # noqa: E402
 
 from training.common.errors import InputError  # noqa: E402
 
-PRETRAINING_ARMS = ("mlm", "tsdae", "seed", "strong-decoder", "decoder-only")
+PRETRAINING_ARMS = ("mlm", "tsdae", "seed", "seed-warm-heads", "strong-decoder", "decoder-only")
 # Titles are skipped: the PubMedQA collection's abstracts have none.
 PSEUDO_LABEL_ARMS = (
     "pseudo-labels-sentences", "pseudo-labels-crops", "seed-then-pseudo-labels", "seed-or-start-then-pseudo-labels",
@@ -139,10 +140,12 @@ def test_every_arm_sees_the_same_texts_and_keeps_the_starts_pooling(adaptation_r
 
     adapted = adaptation_run.work / "pubmedqa" / arm / "seed-1" / "adapted"
     trained = adapted / "finetuning" / "round-1" if arm in PSEUDO_LABEL_ARMS else adapted
-    state = json.loads((trained / "trainer_state.json").read_text())
+    runs = [adapted.parent / "heads", trained] if arm == "seed-warm-heads" else [trained]  # its two halves
+    states = [json.loads((run / "trainer_state.json").read_text()) for run in runs]
     model = load_sentence_transformer(str(trained / "model" if arm in PSEUDO_LABEL_ARMS else adapted))
 
-    assert (state["global_step"], state["train_batch_size"]) == (SMOKE_STEPS, SMOKE_BATCH)
+    assert sum(state["global_step"] for state in states) == SMOKE_STEPS
+    assert {state["train_batch_size"] for state in states} == {SMOKE_BATCH}
     assert [type(module).__name__ for module in model] == ["Transformer", "Pooling", "Normalize"]
     assert model[1].get_config_dict()["pooling_mode"] == "mean"
     # A continued pre-training keeps the start's length; a pseudo-label run saves its training length, and the
@@ -201,6 +204,26 @@ def test_the_decoder_arms_train_what_they_say(adaptation_run):
     assert steps["pubmedqa/seed/seed-1/adaptation"]["cls_information"] is not None
     assert steps["pubmedqa/mlm/seed-1/adaptation"]["cls_information"] is None
     assert steps["pubmedqa/decoder-only/seed-1/adaptation"]["mlm_loss"] is None
+
+
+def test_the_warm_heads_arm_trains_seeds_heads_on_the_frozen_start_then_everything_from_there(adaptation_run, minilm_dir):
+    from transformers import BertModel
+
+    from modeling_seed import SeedEncoderConfig
+
+    folder = adaptation_run.work / "pubmedqa" / "seed-warm-heads" / "seed-1"
+    start = BertModel.from_pretrained(minilm_dir).state_dict()
+    heads, adapted = weights(folder / "heads"), weights(folder / "adapted")
+    encoder = [name for name in heads if name.startswith("bert.")]
+    config = SeedEncoderConfig.from_pretrained(folder / "adapted")
+    result = adaptation_run.results_after_first["pubmedqa/seed-warm-heads/seed-1/adaptation"]
+
+    assert encoder and all(torch.equal(heads[name], start[name.removeprefix("bert.")]) for name in encoder)
+    assert any(not torch.equal(adapted[name], heads[name]) for name in encoder)
+    assert "Encoder frozen (`--freeze_encoder`)" in (folder / "heads" / "README.md").read_text()
+    assert f"continuing the SEED checkpoint `{folder / 'heads'}`" in (folder / "adapted" / "README.md").read_text()
+    assert (config.decoder_condition, config.decoder_attention_span, config.decoder_num_layers) == ("mean", 2, 3)
+    assert result["frozen_decoder_loss"] is not None and result["decoder_loss"] is not None
 
 
 def test_a_rerun_resumes_adding_the_few_shot_rows_of_the_arms_asked_for_without_redoing_a_step(adaptation_run):

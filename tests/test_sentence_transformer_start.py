@@ -1,7 +1,7 @@
 """`training/pretrain.py --model_name_or_path` on a SentenceTransformer folder (all-MiniLM-L6-v2): the encoder starts
 from its Transformer's weights, all of them; its pooling says which vector the decoder reads; the MLM head, which it
-lacks, starts fresh and is reported; and the pretraining folder retrieves as the start did, with its pooling and
-normalisation."""
+lacks, starts fresh and is reported; with --freeze_encoder only the new heads train, and a run continuing that one
+trains everything; and the pretraining folder retrieves as the start did, with its pooling and normalisation."""
 
 import json
 import logging
@@ -14,7 +14,7 @@ from transformers import AutoModel, BertModel
 
 from finetune_helpers import PROBE_TEXTS, encoded_in_plain_environment, plain_bert_files
 from modeling_seed import SeedEncoderConfig, SeedEncoderForPreTraining
-from pretrain_helpers import pretrain
+from pretrain_helpers import max_abs_difference, pretrain, weights
 from training.common.models import load_sentence_transformer
 from training.export import main as export
 
@@ -88,6 +88,46 @@ def test_a_pooling_the_decoder_cannot_read_is_refused_naming_the_flag(minilm_dir
         *TINY_WARM_RUN,
     ]) == 2
     assert "a SentenceTransformer with max pooling" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_freeze_encoder_trains_only_the_new_heads_on_the_encoder_as_it_starts(minilm_dir, scifact_slice, tmp_path):
+    out = tmp_path / "heads"
+    assert pretrain([
+        "--model_name_or_path", minilm_dir, "--train_file", scifact_slice / "corpus.jsonl", "--output_dir", out,
+        *TINY_WARM_RUN, "--freeze_encoder", "--learning_rate", "1e-3",
+    ]) == 0
+    start = BertModel.from_pretrained(minilm_dir).state_dict()
+    trained = weights(out)
+    encoder = {name.removeprefix("bert."): tensor for name, tensor in trained.items() if name.startswith("bert.")}
+
+    assert set(encoder) == {name for name in start if not name.startswith("pooler.")}
+    assert all(torch.equal(encoder[name], start[name]) for name in encoder)
+    # The heads did train: the MLM bias starts at 0 and the decoder's layer norms at 1.
+    assert torch.count_nonzero(trained["cls.predictions.bias"]) > 0
+    norms = [tensor for name, tensor in trained.items() if name.startswith("weak_decoder.") and name.endswith("LayerNorm.weight")]
+    assert norms and all(not torch.equal(norm, torch.ones_like(norm)) for norm in norms)
+    assert "Encoder frozen (`--freeze_encoder`)" in (out / "README.md").read_text()
+
+    continued = tmp_path / "continued"
+    assert pretrain([
+        "--model_name_or_path", out, "--train_file", scifact_slice / "corpus.jsonl", "--output_dir", continued,
+        *TINY_WARM_RUN,
+    ]) == 0
+    card = (continued / "README.md").read_text()
+    assert f"continuing the SEED checkpoint `{out}`" in card and "Encoder frozen" not in card
+    assert max_abs_difference(
+        {name: tensor for name, tensor in weights(continued).items() if name.startswith("bert.")},
+        {f"bert.{name}": tensor for name, tensor in encoder.items()},
+    ) > 0  # without the flag the encoder trains
+
+
+def test_freeze_encoder_without_a_trained_encoder_is_refused_before_anything_is_written(scifact_slice, tmp_path, capsys):
+    assert pretrain([
+        "--config_name", "seed-tiny", "--train_file", scifact_slice / "corpus.jsonl", "--output_dir", tmp_path / "out",
+        *TINY_WARM_RUN, "--freeze_encoder",
+    ]) == 2
+    assert "--freeze_encoder keeps the encoder as it starts, and a new model's encoder is random" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
 

@@ -219,6 +219,7 @@ def _pretrain(model_args: ModelArguments, data_args: DataArguments, training_arg
             max_seq_length=data_args.max_seq_length,
             train_samples=None if streaming else len(train_dataset),
             warm_start=source.path if source.kind == "bert" else None,
+            continued_from=source.path if source.kind == "seed" else None,
             frozen_encoder=training_args.freeze_encoder,
             base_model=model_args.base_model,
             repo_id=training_args.hub_model_id or Path(training_args.output_dir).name,

@@ -1,5 +1,5 @@
 """An interrupted pretraining run, rerun with the same command, continues from its last whole checkpoint
-and ends with the very weights of an uninterrupted one.
+and ends with the very weights of an uninterrupted one; a finished one, rerun, is left as it is.
 
 Every run here trains the same tiny model for 12 steps with a checkpoint every 4, on the same
 real text, seed and tokenizer (a WordPiece vocabulary trained once, passed with --tokenizer_name).
@@ -127,3 +127,19 @@ def test_resume_from_checkpoint_continues_a_run_from_another_folder(tmp_path, co
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-12"]
     assert global_step(out / "checkpoint-12") == STEPS
     assert max_abs_difference(weights(out), weights(uninterrupted)) <= 1e-6
+
+
+def test_rerunning_a_finished_command_trains_nothing_and_a_larger_max_steps_trains_on(tmp_path, caplog, command, uninterrupted):
+    out = tmp_path / "out"
+    shutil.copytree(uninterrupted, out)
+
+    assert pretrain(command(out)) == 0
+
+    assert "already holds this run's final model, trained to step 12: nothing to train" in caplog.text
+    assert global_step(out) == STEPS and not (out / f"checkpoint-{STEPS + 1}").exists()
+    assert max_abs_difference(weights(out), weights(uninterrupted)) == 0
+
+    assert pretrain([*command(out), "--max_steps", STEPS + 2]) == 0
+
+    assert f"Resuming from {out / f'checkpoint-{STEPS}'}" in caplog.text
+    assert global_step(out) == STEPS + 2

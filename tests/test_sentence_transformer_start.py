@@ -95,7 +95,7 @@ def test_freeze_encoder_trains_only_the_new_heads_on_the_encoder_as_it_starts(mi
     out = tmp_path / "heads"
     assert pretrain([
         "--model_name_or_path", minilm_dir, "--train_file", scifact_slice / "corpus.jsonl", "--output_dir", out,
-        *TINY_WARM_RUN, "--freeze_encoder", "--learning_rate", "1e-3",
+        *TINY_WARM_RUN, "--freeze_encoder", "--learning_rate", "1e-3", "--save_strategy", "steps", "--save_steps", "2",
     ]) == 0
     start = BertModel.from_pretrained(minilm_dir).state_dict()
     trained = weights(out)
@@ -120,6 +120,23 @@ def test_freeze_encoder_trains_only_the_new_heads_on_the_encoder_as_it_starts(mi
         {name: tensor for name, tensor in weights(continued).items() if name.startswith("bert.")},
         {f"bert.{name}": tensor for name, tensor in encoder.items()},
     ) > 0  # without the flag the encoder trains
+
+
+def test_resuming_a_frozen_run_without_the_flag_is_refused_naming_the_way_to_train_everything(
+    minilm_dir, scifact_slice, tmp_path, capsys
+):
+    out = tmp_path / "heads"
+    flags = ["--model_name_or_path", minilm_dir, "--train_file", scifact_slice / "corpus.jsonl", "--output_dir", out,
+             *TINY_WARM_RUN, "--save_strategy", "steps", "--save_steps", "1", "--max_steps", "1"]
+    assert pretrain([*flags, "--freeze_encoder"]) == 0
+    before = weights(out)
+
+    assert pretrain([*flags, "--max_steps", "2"]) == 2
+
+    error = capsys.readouterr().err
+    assert "its checkpoint checkpoint-1 was trained with --freeze_encoder and this run is without it" in error
+    assert "start a new --output_dir from the frozen run's folder" in error
+    assert max_abs_difference(weights(out), before) == 0
 
 
 def test_freeze_encoder_without_a_trained_encoder_is_refused_before_anything_is_written(scifact_slice, tmp_path, capsys):

@@ -12,6 +12,7 @@ from modeling_seed import DataCollatorForSeedPretraining, SeedEncoderForPreTrain
 from ..common.corpus import load_raw_corpus
 from ..common.errors import InputError
 from ..common.output_dir import (
+    FINISHED_MARKER,
     clear_output_dir,
     find_existing_run,
     output_dir_lock,
@@ -35,7 +36,7 @@ from .model_card import LOSS_PLOT, plot_loss_curves, render_model_card
 from .model_source import check_lengths, check_same_model, check_vocabulary, resolve_model_source
 from .sentence_transformer_start import write_sentence_transformer_modules
 from .tokenizer import load_tokenizer, tokenize_corpus, train_wordpiece_tokenizer
-from .trainer import SeedPretrainingTrainer
+from .trainer import SeedPretrainingTrainer, check_same_frozen_encoder, finished_at
 
 logger = logging.getLogger(__name__)
 
@@ -135,11 +136,21 @@ def _pretrain(model_args: ModelArguments, data_args: DataArguments, training_arg
     check_vocabulary(tokenizer, config, tokenizer_source)
     if existing is not None:
         check_same_model(training_args.output_dir, existing, config)
+        published = Path(training_args.output_dir)
+        finished = (published / FINISHED_MARKER).is_file() and finished_at(published, training_args)
+        if finished and training_args.resume_from_checkpoint is None:
+            logger.warning(
+                "%s already holds this run's final model, trained to step %d: nothing to train. Pass a larger "
+                "--max_steps to train on, or --overwrite_output_dir to start over.", published, finished,
+            )
+            return
 
     resume_from = training_args.resume_from_checkpoint
     if resume_from is None and existing is not None and existing.last_checkpoint is not None:
         resume_from = str(existing.last_checkpoint)
         logger.warning("Resuming from %s (pass --overwrite_output_dir to start over)", resume_from)
+    if resume_from is not None:
+        check_same_frozen_encoder(resume_from, training_args.freeze_encoder, training_args.output_dir)
 
     set_seed(training_args.seed)
     if source.path is None:

@@ -1,8 +1,14 @@
 """The standard `Trainer`, logging SEED's two loss terms beside the total, and in evaluation how much
 the decoder reads from [CLS]; the weak decoder may train at its own learning rate."""
 
-from transformers import Trainer
+import json
+from pathlib import Path
 
+import torch
+from transformers import Trainer
+from transformers.trainer import TRAINER_STATE_NAME, TRAINING_ARGS_NAME
+
+from ..common.errors import InputError
 from .cls_information import cls_information_from_vectors
 
 LOSS_TERMS = ("mlm_loss", "decoder_loss")
@@ -14,6 +20,41 @@ def decoder_own_parameters(model) -> set[int]:
     torch.compile) prefix the names; the word embeddings it shares with the encoder are the encoder's."""
     encoder = {id(parameter) for parameter in model.bert.parameters()}
     return {id(parameter) for parameter in model.weak_decoder.parameters()} - encoder
+
+
+def saved_arguments(folder: Path):
+    """The training arguments a Trainer pickled into `folder` (this run's own file, not a download), or None."""
+    path = Path(folder) / TRAINING_ARGS_NAME
+    return torch.load(path, weights_only=False) if path.is_file() else None
+
+
+def finished_at(folder: Path, training_args) -> int | None:
+    """The step at which the run whose final model `folder` holds finished, where it trained to its last step and this
+    command asks for the same length (--max_steps, --num_train_epochs); None where there is more to train. (The
+    Trainer, resumed from a checkpoint of the last step, would train one step more.)"""
+    state_file, saved = Path(folder) / TRAINER_STATE_NAME, saved_arguments(folder)
+    if saved is None or not state_file.is_file():
+        return None
+    state = json.loads(state_file.read_text())
+    same_length = (saved.max_steps, saved.num_train_epochs) == (training_args.max_steps, training_args.num_train_epochs)
+    return state["global_step"] if same_length and state["global_step"] >= state["max_steps"] else None
+
+
+def check_same_frozen_encoder(checkpoint: str, freeze_encoder: bool, output_dir: str) -> None:
+    """Refuse to resume a checkpoint of a run that froze the encoder when this run does not, or the reverse: the
+    optimizer's saved state is for other weights, and PyTorch would only fail deep inside the Trainer."""
+    saved = saved_arguments(checkpoint)
+    if saved is None:
+        return
+    frozen = bool(getattr(saved, "freeze_encoder", False))
+    if frozen != freeze_encoder:
+        raise InputError(
+            f"--output_dir {output_dir}: its checkpoint {Path(checkpoint).name} was trained "
+            f"{'with' if frozen else 'without'} --freeze_encoder and this run is {'without' if frozen else 'with'} it, "
+            "so its optimizer state does not fit. To train everything after a frozen run, start a new --output_dir "
+            "from the frozen run's folder (--model_name_or_path); to finish the run in this folder, repeat its "
+            "flags; --overwrite_output_dir starts over."
+        )
 
 
 class SeedPretrainingTrainer(Trainer):

@@ -134,7 +134,7 @@ def test_resuming_a_frozen_run_without_the_flag_is_refused_naming_the_way_to_tra
     assert pretrain([*flags, "--max_steps", "2"]) == 2
 
     error = capsys.readouterr().err
-    assert "its checkpoint checkpoint-1 was trained with --freeze_encoder and this run is without it" in error
+    assert f"Cannot resume {out / 'checkpoint-1'}: it was trained with --freeze_encoder and this run is without it" in error
     assert "start a new --output_dir from the frozen run's folder" in error
     assert max_abs_difference(weights(out), before) == 0
 

@@ -150,7 +150,7 @@ def _pretrain(model_args: ModelArguments, data_args: DataArguments, training_arg
         resume_from = str(existing.last_checkpoint)
         logger.warning("Resuming from %s (pass --overwrite_output_dir to start over)", resume_from)
     if resume_from is not None:
-        check_same_frozen_encoder(resume_from, training_args.freeze_encoder, training_args.output_dir)
+        check_same_frozen_encoder(resume_from, training_args.freeze_encoder)
 
     set_seed(training_args.seed)
     if source.path is None:

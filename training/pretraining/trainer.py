@@ -1,5 +1,6 @@
 """The standard `Trainer`, logging SEED's two loss terms beside the total, and in evaluation how much
-the decoder reads from [CLS]; the weak decoder may train at its own learning rate."""
+the decoder reads from [CLS]; the weak decoder may train at its own learning rate. Also what a run's saved
+Trainer files say about resuming it: whether it already finished, and whether it froze the encoder."""
 
 import json
 from pathlib import Path
@@ -40,7 +41,7 @@ def finished_at(folder: Path, training_args) -> int | None:
     return state["global_step"] if same_length and state["global_step"] >= state["max_steps"] else None
 
 
-def check_same_frozen_encoder(checkpoint: str, freeze_encoder: bool, output_dir: str) -> None:
+def check_same_frozen_encoder(checkpoint: str, freeze_encoder: bool) -> None:
     """Refuse to resume a checkpoint of a run that froze the encoder when this run does not, or the reverse: the
     optimizer's saved state is for other weights, and PyTorch would only fail deep inside the Trainer."""
     saved = saved_arguments(checkpoint)
@@ -49,11 +50,10 @@ def check_same_frozen_encoder(checkpoint: str, freeze_encoder: bool, output_dir:
     frozen = bool(getattr(saved, "freeze_encoder", False))
     if frozen != freeze_encoder:
         raise InputError(
-            f"--output_dir {output_dir}: its checkpoint {Path(checkpoint).name} was trained "
-            f"{'with' if frozen else 'without'} --freeze_encoder and this run is {'without' if frozen else 'with'} it, "
-            "so its optimizer state does not fit. To train everything after a frozen run, start a new --output_dir "
-            "from the frozen run's folder (--model_name_or_path); to finish the run in this folder, repeat its "
-            "flags; --overwrite_output_dir starts over."
+            f"Cannot resume {checkpoint}: it was trained {'with' if frozen else 'without'} --freeze_encoder and this "
+            f"run is {'without' if frozen else 'with'} it, so its optimizer state does not fit. To train everything "
+            "after a frozen run, start a new --output_dir from the frozen run's folder (--model_name_or_path); to "
+            "finish that run, repeat its flags; --overwrite_output_dir starts over."
         )
 
 

@@ -198,6 +198,16 @@ class SeedPretrainingArguments(TrainingArguments):
             "Needs --model_name_or_path; a frozen encoder trains faster, as nothing flows back through it.",
         },
     )
+    anchor_loss_weight: float = field(
+        default=0.0,
+        metadata={
+            "help": "Hold the encoder near where it starts: loss += w * the mean of 1 - cosine between the vector the "
+            "decoder reads and the vector a frozen copy of --model_name_or_path's encoder gives the same input, "
+            "pooled alike. For continuing a trained retriever, whose vectors MLM and the decoder otherwise pull "
+            "together. 0 (default) leaves it out. Needs --model_name_or_path; costs one more forward pass of the "
+            "encoder a step, without gradients, and a copy of it in memory.",
+        },
+    )
     train_sampling_strategy: str | None = field(
         default=None,
         metadata={

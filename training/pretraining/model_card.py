@@ -12,6 +12,7 @@ from .trainer import EVAL_TERMS, LOSS_TERMS
 
 TEMPLATE = "seed_encoder.md"
 LOSS_PLOT = "loss_curves.png"
+TERM_COLORS = {"mlm_loss": "tab:blue", "decoder_loss": "tab:orange", "anchor_loss": "tab:red", "cls_information": "tab:green"}
 
 
 def plot_loss_curves(log_history: list[dict], path: Path) -> None:
@@ -24,14 +25,15 @@ def plot_loss_curves(log_history: list[dict], path: Path) -> None:
 
     figure, axes = plt.subplots(figsize=(7, 4))
     for prefix, style in (("", "-"), ("eval_", "o--")):
-        for term, color in zip(EVAL_TERMS if prefix else LOSS_TERMS, ("tab:blue", "tab:orange", "tab:green")):
+        for term in EVAL_TERMS if prefix else LOSS_TERMS:
             points = [(entry["step"], entry[prefix + term]) for entry in log_history if prefix + term in entry]
             if points:
                 steps, values = zip(*points)
                 label = f"{'eval ' if prefix else 'train '}{term.replace('_', ' ')}"
-                axes.plot(steps, values, style, color=color, label=label, alpha=1.0 if not prefix else 0.7)
+                axes.plot(steps, values, style, color=TERM_COLORS[term], label=label, alpha=1.0 if not prefix else 0.7)
     axes.set_xlabel("step")
-    axes.set_ylabel("loss (nats per token)")
+    anchored = any("anchor_loss" in entry for entry in log_history)
+    axes.set_ylabel("loss (nats per token; anchor: 1 − cosine)" if anchored else "loss (nats per token)")
     axes.set_title("SEED-Encoder pretraining")
     axes.grid(alpha=0.3)
     axes.legend()
@@ -57,6 +59,7 @@ def render_model_card(
     warm_start: str | None,
     continued_from: str | None = None,
     frozen_encoder: bool = False,
+    anchor_loss_weight: float = 0.0,
     base_model: str | None,
     repo_id: str,
     command: list[str] | None = None,
@@ -84,6 +87,7 @@ def render_model_card(
         warm_start=warm_start,
         continued_from=continued_from,
         frozen_encoder=frozen_encoder,
+        anchor_loss_weight=anchor_loss_weight,
         config=config,
         config_json=json.dumps(config.to_diff_dict(), indent=2, sort_keys=True),
         data_description=data_description,

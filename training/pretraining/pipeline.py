@@ -5,6 +5,7 @@ from pathlib import Path
 
 from datasets import IterableDataset
 from transformers import set_seed
+from transformers.integrations import is_deepspeed_zero3_enabled
 
 import modeling_seed  # noqa: F401  (registers SEED with the Auto classes in every process)
 from modeling_seed import DataCollatorForSeedPretraining, SeedEncoderForPreTraining
@@ -49,6 +50,37 @@ def _describe_data(data_args: DataArguments) -> str:
     return "CPython's bundled reference documentation (`pydoc_data.topics`), the no-download default corpus"
 
 
+def check_flags_that_hold_the_start(training_args: SeedPretrainingArguments, start: str | None) -> None:
+    """Refuse --freeze_encoder without a trained start, and an --anchor_loss_weight that cannot hold anything:
+    negative, without a trained start, with the encoder frozen, or with DeepSpeed ZeRO-3 (whose partitioned weights a
+    copy would not hold)."""
+    if training_args.freeze_encoder and start is None:
+        raise InputError(
+            "--freeze_encoder keeps the encoder as it starts, and a new model's encoder is random: pass "
+            "--model_name_or_path with the trained encoder whose new heads should learn to read it."
+        )
+    weight = training_args.anchor_loss_weight
+    if weight < 0:
+        raise InputError(f"--anchor_loss_weight {weight}: must be 0 (off) or positive.")
+    if weight == 0:
+        return
+    if start is None:
+        raise InputError(
+            "--anchor_loss_weight holds the encoder near where it starts, and a new model's encoder is random: pass "
+            "--model_name_or_path with the trained encoder to hold it near, or leave --anchor_loss_weight out."
+        )
+    if training_args.freeze_encoder:
+        raise InputError(
+            "--anchor_loss_weight with --freeze_encoder: a frozen encoder stays where it starts already; pass one flag "
+            "or the other."
+        )
+    if is_deepspeed_zero3_enabled():
+        raise InputError(
+            "--anchor_loss_weight is not available with DeepSpeed ZeRO-3: its copy of the starting encoder would hold "
+            "partitioned weights. Use ZeRO-2, FSDP or DDP."
+        )
+
+
 def run_pretraining(
     model_args: ModelArguments, data_args: DataArguments, training_args: SeedPretrainingArguments
 ) -> Path:
@@ -88,11 +120,7 @@ def _pretrain(model_args: ModelArguments, data_args: DataArguments, training_arg
         training_args.train_sampling_strategy = BUNDLED_CORPUS_SAMPLING if bundled_corpus else DEFAULT_SAMPLING
 
     source = resolve_model_source(model_args)
-    if training_args.freeze_encoder and source.path is None:
-        raise InputError(
-            "--freeze_encoder keeps the encoder as it starts, and a new model's encoder is random: pass "
-            "--model_name_or_path with the trained encoder whose new heads should learn to read it."
-        )
+    check_flags_that_hold_the_start(training_args, source.path)
     config = source.config
     if training_args.decoder_learning_rate is None:
         warm_start = source.kind == "bert"
@@ -232,6 +260,7 @@ def _pretrain(model_args: ModelArguments, data_args: DataArguments, training_arg
             warm_start=source.path if source.kind == "bert" else None,
             continued_from=source.path if source.kind == "seed" else None,
             frozen_encoder=training_args.freeze_encoder,
+            anchor_loss_weight=training_args.anchor_loss_weight,
             base_model=model_args.base_model,
             repo_id=training_args.hub_model_id or Path(training_args.output_dir).name,
         )

@@ -1,18 +1,21 @@
-"""The standard `Trainer`, logging SEED's two loss terms beside the total, and in evaluation how much
-the decoder reads from [CLS]; the weak decoder may train at its own learning rate. Also what a run's saved
-Trainer files say about resuming it: whether it already finished, and whether it froze the encoder."""
+"""The standard `Trainer`, logging SEED's loss terms beside the total, and in evaluation how much
+the decoder reads from [CLS]; the weak decoder may train at its own learning rate, and the vector it reads may be held
+near the start's. Also what a run's saved Trainer files say about resuming it: whether it already finished, and
+whether it froze the encoder."""
 
+import copy
 import json
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from transformers import Trainer
 from transformers.trainer import TRAINER_STATE_NAME, TRAINING_ARGS_NAME
 
 from ..common.errors import InputError
 from .cls_information import cls_information_from_vectors
 
-LOSS_TERMS = ("mlm_loss", "decoder_loss")
+LOSS_TERMS = ("mlm_loss", "decoder_loss", "anchor_loss")
 EVAL_TERMS = (*LOSS_TERMS, "cls_information")
 
 
@@ -60,12 +63,18 @@ def check_same_frozen_encoder(checkpoint: str, freeze_encoder: bool) -> None:
 class SeedPretrainingTrainer(Trainer):
     """`Trainer` that also logs `mlm_loss` and `decoder_loss` (and `eval_mlm_loss`, `eval_decoder_loss`,
     `eval_cls_information`), averaged over the batches since the last log and over processes, and trains the weak
-    decoder's own weights at `args.decoder_learning_rate` when it is set."""
+    decoder's own weights at `args.decoder_learning_rate` when it is set. With `args.anchor_loss_weight` w > 0 the loss
+    gains w * `anchor_loss`: the mean of 1 - cosine between the vector the decoder reads and the vector a frozen copy
+    of the starting encoder gives the same input (logged as `anchor_loss`, `eval_anchor_loss`)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._term_sums = {"train": {}, "eval": {}}
         self._term_counts = {"train": {}, "eval": {}}
+        self.anchor_encoder = None
+        if self.args.anchor_loss_weight > 0:
+            # Copied before training, so before a resumed run loads its checkpoint: the anchor is always the start.
+            self.anchor_encoder = copy.deepcopy(self.model.bert).requires_grad_(False).eval().to(self.args.device)
 
     def create_optimizer(self, model=None):
         """The Trainer's optimizer, with the weak decoder's own weights in parameter groups of their own at
@@ -105,7 +114,11 @@ class SeedPretrainingTrainer(Trainer):
         loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
         phase = "train" if model.training else "eval"
         terms = {term: outputs.get(term) for term in LOSS_TERMS}
-        decoder = self.accelerator.unwrap_model(model).weak_decoder
+        unwrapped = self.accelerator.unwrap_model(model)
+        if self.anchor_encoder is not None:
+            terms["anchor_loss"] = self.anchor_loss(unwrapped, inputs, outputs.pooler_output)
+            loss = loss + self.args.anchor_loss_weight * terms["anchor_loss"]
+        decoder = unwrapped.weak_decoder
         if phase == "eval" and decoder is not None and outputs.pooler_output.shape[0] > 1:
             terms["cls_information"], _ = cls_information_from_vectors(
                 decoder, outputs.pooler_output, inputs["unmasked_input_ids"], inputs.get("attention_mask"),
@@ -116,6 +129,17 @@ class SeedPretrainingTrainer(Trainer):
                 self._term_sums[phase][term] = self._term_sums[phase].get(term, 0.0) + value.detach().float()
                 self._term_counts[phase][term] = self._term_counts[phase].get(term, 0) + 1
         return (loss, outputs) if return_outputs else loss
+
+    def anchor_loss(self, unwrapped_model, inputs: dict, vectors: torch.Tensor) -> torch.Tensor:
+        """Mean of 1 - cosine between `vectors` (what the decoder read) and the frozen start's vectors of the same
+        (masked) input, pooled as the decoder's are (`decoder_condition`)."""
+        attention_mask = inputs.get("attention_mask")
+        with torch.no_grad():
+            states = self.anchor_encoder(
+                input_ids=inputs["input_ids"], attention_mask=attention_mask, token_type_ids=inputs.get("token_type_ids")
+            ).last_hidden_state
+            start_vectors = unwrapped_model.decoder_context(states, attention_mask)
+        return (1 - F.cosine_similarity(vectors.float(), start_vectors.float(), dim=-1)).mean()
 
     def log(self, logs: dict[str, float], *args, **kwargs) -> None:
         if "loss" in logs:

@@ -30,8 +30,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from adaptation import (
-    ADAPTATION, ARMS, BUDGETS, BY_KEY, PSEUDO_DEV, START, ZERO_SHOT, Adaptation, AdaptationBudget, few_shot_label,
-    settings_of,
+    ADAPTATION, ANCHOR_WEIGHTS, ANCHORED_THEN_PSEUDO_LABELS, ARMS, BUDGETS, BY_KEY, PSEUDO_DEV, START, ZERO_SHOT,
+    Adaptation, AdaptationBudget, anchored_key, few_shot_label, settings_of,
 )
 from ablation_report import verdict
 from harness import ResultStore, limit_threads, markdown_table, mean_and_std, mean_std
@@ -48,6 +48,8 @@ SHORT_NAMES = {
     "seed-then-pseudo-labels": "SEED then pseudo-labels",
     "seed-or-start-then-pseudo-labels": "SEED or the start, then pseudo-labels",
     "seed-warm-heads": "SEED after warm heads",
+    **{anchored_key(weight): f"SEED anchored ({weight})" for weight in ANCHOR_WEIGHTS},
+    ANCHORED_THEN_PSEUDO_LABELS: f"SEED anchored ({ANCHOR_WEIGHTS[0]}) then pseudo-labels",
 }
 
 
@@ -203,17 +205,23 @@ def wanted_claims(few_shot: tuple[int, ...]) -> list[tuple[str, str, str, str]]:
         ("weak decoder > strong decoder", "seed", "strong-decoder", zero),
         ("weak decoder alone > TSDAE", "decoder-only", "tsdae", zero),
         ("SEED after warm heads > SEED", "seed-warm-heads", "seed", zero),
+        *((f"SEED anchored ({weight}) > SEED", anchored_key(weight), "seed", zero) for weight in ANCHOR_WEIGHTS),
     ]
     wanted += [
         (f"{SHORT_NAMES[key]} > no adaptation", key, "start", zero)
-        for key in ("rrf", "mlm", "tsdae", "seed-warm-heads", "strong-decoder", "decoder-only", "pseudo-labels-sentences",
+        for key in ("rrf", "mlm", "tsdae", "seed-warm-heads", *map(anchored_key, ANCHOR_WEIGHTS),
+                    "strong-decoder", "decoder-only", "pseudo-labels-sentences",
                     "pseudo-labels-titles", "pseudo-labels-crops", "seed-then-pseudo-labels",
-                    "seed-or-start-then-pseudo-labels")
+                    "seed-or-start-then-pseudo-labels", ANCHORED_THEN_PSEUDO_LABELS)
     ]
     wanted += [
         (f"{SHORT_NAMES[key]} > pseudo-labels (sentences) alone", key, "pseudo-labels-sentences", zero)
-        for key in ("seed-then-pseudo-labels", "seed-or-start-then-pseudo-labels")
+        for key in ("seed-then-pseudo-labels", "seed-or-start-then-pseudo-labels", ANCHORED_THEN_PSEUDO_LABELS)
     ]
+    wanted.append((
+        f"{SHORT_NAMES[ANCHORED_THEN_PSEUDO_LABELS]} > SEED then pseudo-labels", ANCHORED_THEN_PSEUDO_LABELS,
+        "seed-then-pseudo-labels", zero,
+    ))
     for k in few_shot:
         wanted.append((f"SEED then k={k} > the start then k={k}", "seed", "start", f"{few_shot_label(k)} ndcg@10"))
     return wanted

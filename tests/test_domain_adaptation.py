@@ -25,10 +25,13 @@ from tsdae import delete_words  # noqa: E402
 
 from training.common.errors import InputError  # noqa: E402
 
-PRETRAINING_ARMS = ("mlm", "tsdae", "seed", "seed-warm-heads", "strong-decoder", "decoder-only")
+PRETRAINING_ARMS = (
+    "mlm", "tsdae", "seed", "seed-warm-heads", "seed-anchored-10", "seed-anchored-100", "strong-decoder", "decoder-only",
+)
 # Titles are skipped: the PubMedQA collection's abstracts have none.
 PSEUDO_LABEL_ARMS = (
     "pseudo-labels-sentences", "pseudo-labels-crops", "seed-then-pseudo-labels", "seed-or-start-then-pseudo-labels",
+    "seed-anchored-10-then-pseudo-labels",
 )
 ADAPTING_ARMS = (*PRETRAINING_ARMS, *PSEUDO_LABEL_ARMS)
 SMOKE_STEPS, SMOKE_BATCH, SMOKE_LENGTH = 2, 4, 32  # the smoke budget's
@@ -166,11 +169,17 @@ def test_the_pseudo_dev_is_the_held_out_split_of_the_sentences_run(adaptation_ru
     assert run["teacher_prefers_source"] == pytest.approx(sum(positive > negative for positive, negative in scores) / len(scores))
 
 
-def test_seed_then_pseudo_labels_continues_seeds_model_taught_by_bm25_and_the_start(adaptation_run, minilm_dir):
-    arm = adaptation_run.work / "pubmedqa" / "seed-then-pseudo-labels" / "seed-1" / "adapted"
-    run = json.loads((arm / "finetuning" / "run.json").read_text())
+@pytest.mark.parametrize(
+    ("arm", "first_step"), [("seed-then-pseudo-labels", "seed"), ("seed-anchored-10-then-pseudo-labels", "seed-anchored-10")]
+)
+def test_seed_then_pseudo_labels_continues_seeds_model_taught_by_bm25_and_the_start(
+    adaptation_run, minilm_dir, arm, first_step
+):
+    folder = adaptation_run.work / "pubmedqa" / arm / "seed-1" / "adapted"
+    run = json.loads((folder / "finetuning" / "run.json").read_text())
 
-    assert run["model"]["model_name_or_path"] == str(adaptation_run.work / "pubmedqa" / "seed" / "seed-1" / "adapted")
+    assert run["model"]["model_name_or_path"] == str(adaptation_run.work / "pubmedqa" / first_step / "seed-1" / "adapted")
+    assert not run["model"].get("candidate_starts")  # unguarded: the pseudo-dev does not drop the first step
     assert run["recipe"]["teacher"] == ["bm25", str(minilm_dir)]
     assert run["data"]["pseudo_queries"] == ["sentences"]
 
@@ -226,6 +235,20 @@ def test_the_warm_heads_arm_trains_seeds_heads_on_the_frozen_start_then_everythi
     assert f"continuing the SEED checkpoint `{folder / 'heads'}`" in card and "Encoder frozen" not in card
     assert (config.decoder_condition, config.decoder_attention_span, config.decoder_num_layers) == ("mean", 2, 3)
     assert result["frozen_decoder_loss"] is not None and result["decoder_loss"] is not None
+
+
+@pytest.mark.parametrize("weight", [10, 100])
+def test_the_anchored_arms_are_seed_held_near_the_start_at_their_weight(adaptation_run, weight):
+    from modeling_seed import SeedEncoderConfig
+
+    folder = adaptation_run.work / "pubmedqa" / f"seed-anchored-{weight}" / "seed-1" / "adapted"
+    config = SeedEncoderConfig.from_pretrained(folder)
+    result = adaptation_run.results_after_first[f"pubmedqa/seed-anchored-{weight}/seed-1/adaptation"]
+
+    assert f"Held near its start (`--anchor_loss_weight {weight:.1f}`)" in (folder / "README.md").read_text()
+    assert (config.decoder_condition, config.decoder_attention_span, config.decoder_num_layers) == ("mean", 2, 3)
+    assert 0 < result["anchor_loss"] < 1
+    assert adaptation_run.results_after_first["pubmedqa/seed/seed-1/adaptation"]["anchor_loss"] is None
 
 
 def test_a_rerun_resumes_adding_the_few_shot_rows_of_the_arms_asked_for_without_redoing_a_step(adaptation_run):

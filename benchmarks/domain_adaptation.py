@@ -30,9 +30,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 from adaptation import (
-    ADAPTATION, ANCHOR_WEIGHTS, ANCHORED_THEN_PSEUDO_LABELS, ARMS, BUDGETS, BY_KEY, PSEUDO_DEV, START, ZERO_SHOT,
-    Adaptation, AdaptationBudget, anchored_key, few_shot_label, settings_of,
+    ADAPTATION, BUDGETS, PSEUDO_DEV, ZERO_SHOT, Adaptation, AdaptationBudget, few_shot_label, settings_of,
 )
+from adaptation_arms import ANCHOR_WEIGHTS, ANCHORED_THEN_PSEUDO_LABELS, ARMS, BY_KEY, START, anchored_key
 from ablation_report import verdict
 from harness import ResultStore, limit_threads, markdown_table, mean_and_std, mean_std
 from proxy_agreement import NEVER_LOSES_MARGIN, PUBLISHED, never_loses, proxy_agreement, with_published

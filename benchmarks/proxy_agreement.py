@@ -11,7 +11,8 @@ import statistics
 
 from scipy.stats import kendalltau
 
-from adaptation import ADAPTATION, BY_KEY, PSEUDO_DEV, START, ZERO_SHOT
+from adaptation import ADAPTATION, PSEUDO_DEV, ZERO_SHOT
+from adaptation_arms import BY_KEY, START
 from harness import markdown_table
 
 PUBLISHED = "published"

@@ -91,7 +91,7 @@ def test_the_agreement_table_has_a_row_per_seed_and_the_mean_tau():
 def test_the_macro_averages_guard_table_leaves_the_kept_count_blank_rather_than_none_kept():
     """The start is kept or not per collection: over collections there is no one yes/no to count, so the macro
     table says nothing there, where it used to count SEED as never keeping the start although it kept it everywhere."""
-    from adaptation import BY_KEY
+    from adaptation_arms import BY_KEY
     from domain_adaptation import macro_average, section
 
     collection = with_published({"start": {1: steps(0.60, 0.64)}, "seed": {1: steps(0.50, 0.58)}})  # keeps the start

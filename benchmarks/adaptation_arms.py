@@ -1,0 +1,100 @@
+"""The arms of the label-free adaptation benchmark (`domain_adaptation.py`), in table order: what each does to the
+start on the corpus alone. No adaptation; the zero-shot RRF of BM25 and the start; MLM; TSDAE; SEED's weak decoder,
+alone, after its new heads learn on the frozen start, and held near the start; a strong decoder; the weak decoder
+alone; pseudo-label distillation from each kind of pseudo-query; and SEED (unguarded, guarded by the start, or held
+near the start) then pseudo-label distillation. How each runs is `adaptation.py`'s."""
+
+from dataclasses import dataclass
+
+from training.finetuning.pseudo_queries import CROPS, SENTENCES, TITLES
+
+
+@dataclass(frozen=True)
+class AdaptationArm:
+    """One way to continue the start on the corpus: pre-training flags for `training/pretrain.py`, TSDAE,
+    pseudo-label distillation over `pseudo_queries` (`training/finetune.py`) continuing `student` (the start, or the
+    model another arm adapted; with `start_is_candidate`, the start instead where it scores higher on the pseudo-dev:
+    `--candidate_starts`), or none; `fusion`: no model of its own, the RRF of BM25 and the start. With `warm_heads`,
+    the pre-training runs in two halves of the steps: first only the new heads train, on the frozen start
+    (`--freeze_encoder`, at the new decoder's rate), then everything, continuing that run (linear probing, then
+    fine-tuning); with the same seed, the second half draws the first half's batches again."""
+
+    key: str
+    name: str
+    pretraining_flags: tuple[str, ...] | None = None
+    tsdae: bool = False
+    pseudo_queries: tuple[str, ...] = ()
+    student: str = "start"
+    start_is_candidate: bool = False
+    fusion: bool = False
+    warm_heads: bool = False
+
+    @property
+    def adapts(self) -> bool:
+        return self.tsdae or self.pretraining_flags is not None or bool(self.pseudo_queries)
+
+    @property
+    def distils(self) -> bool:
+        return bool(self.pseudo_queries)
+
+
+# The weak decoder of the paper: 3 layers, span 2. The condition is left to the start's pooling (the default a
+# SentenceTransformer start gets), so the decoder reads the vector the start retrieves with.
+WEAK = ("--decoder_num_layers", "3", "--decoder_attention_span", "2")
+# `--anchor_loss_weight` of the anchored SEED arms. Measured from all-MiniLM-L6-v2 (6 steps x 8 SciFact abstracts at
+# 1e-4): the vectors' mean cosine to the start's 0.945 without the anchor, 0.974 at 10 and 0.972 at 100, where the
+# term's floor, dropout's own noise (1 - cosine 0.05 at the first step), leaves little more to hold.
+ANCHOR_WEIGHTS = (10, 100)
+
+
+def anchored_key(weight: int) -> str:
+    """The key of the SEED arm held near the start at `weight`."""
+    return f"seed-anchored-{weight}"
+
+
+ANCHORED_THEN_PSEUDO_LABELS = f"{anchored_key(ANCHOR_WEIGHTS[0])}-then-pseudo-labels"
+START = AdaptationArm("start", "no adaptation (the start as it is)")
+SEED = AdaptationArm("seed", "SEED: MLM + weak decoder (3 layers, span 2) on the pooled vector", WEAK)
+ARMS = (
+    START,
+    AdaptationArm("rrf", "zero-shot RRF of BM25 and the start (no training)", fusion=True),
+    AdaptationArm("mlm", "MLM only (λ = 0)", ("--decoder_loss_weight", "0")),
+    AdaptationArm("tsdae", "TSDAE (sentence-transformers, deletion 0.6, tied decoder)", tsdae=True),
+    SEED,
+    AdaptationArm(
+        "seed-warm-heads", "SEED after its new heads learn on the frozen start (half the steps each)", WEAK,
+        warm_heads=True,
+    ),
+    *(
+        AdaptationArm(
+            anchored_key(weight),
+            f"SEED held near the start (anchor weight {weight}: 1 − cosine to the frozen start's vector)",
+            (*WEAK, "--anchor_loss_weight", str(weight)),
+        )
+        for weight in ANCHOR_WEIGHTS
+    ),
+    AdaptationArm(
+        "strong-decoder", "MLM + strong decoder (3 layers, full span) on the pooled vector",
+        ("--decoder_num_layers", "3", "--decoder_attention_span", "full"),
+    ),
+    AdaptationArm("decoder-only", "weak decoder alone (no MLM) on the pooled vector", (*WEAK, "--mlm_loss_weight", "0")),
+    *(
+        AdaptationArm(f"pseudo-labels-{kind}", f"pseudo-label distillation, {kind} as pseudo-queries", pseudo_queries=(kind,))
+        for kind in (SENTENCES, TITLES, CROPS)
+    ),
+    AdaptationArm(
+        "seed-then-pseudo-labels", "SEED, then pseudo-label distillation with sentences", pseudo_queries=(SENTENCES,),
+        student=SEED.key,
+    ),
+    AdaptationArm(
+        "seed-or-start-then-pseudo-labels",
+        "SEED, then pseudo-label distillation with sentences from SEED's model or the start, the better on the pseudo-dev",
+        pseudo_queries=(SENTENCES,), student=SEED.key, start_is_candidate=True,
+    ),
+    AdaptationArm(
+        ANCHORED_THEN_PSEUDO_LABELS,
+        f"SEED held near the start (anchor weight {ANCHOR_WEIGHTS[0]}), then pseudo-label distillation with sentences",
+        pseudo_queries=(SENTENCES,), student=anchored_key(ANCHOR_WEIGHTS[0]),
+    ),
+)
+BY_KEY = {arm.key: arm for arm in ARMS}

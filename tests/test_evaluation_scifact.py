@@ -54,6 +54,7 @@ def first_evaluation(minilm, minilm_dir, subset, embedding_cache):
     return evaluate_retriever(retriever, subset)
 
 
+@pytest.mark.slow
 def test_bm25_reproduces_the_bm25s_figure_for_scifact(scifact_test):
     result = evaluate_retriever(BM25Retriever(show_progress_bar=False), scifact_test)
 

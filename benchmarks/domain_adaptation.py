@@ -1,13 +1,8 @@
 """Label-free domain adaptation of a trained Siamese encoder, in one command: which objective, run on a collection's
 corpus alone (no queries, no judgments), makes the start retrieve better there?
 
-Arms: no adaptation; the zero-shot RRF of BM25 and the start (no training: the pseudo-label teacher's ceiling); MLM
-only; TSDAE (sentence-transformers' DenoisingAutoEncoderLoss); SEED (MLM + the weak decoder, reading the vector the
-start retrieves with); SEED after its new heads first learn on the frozen start (half the steps each); MLM + a strong
-decoder (full span); the weak decoder alone (no MLM); pseudo-label distillation
-(GPL without a generator: BM25 and the frozen start score each pseudo-query against its passage and a BM25 negative)
-with sentences, titles (where the corpus has them) or crops as pseudo-queries; SEED, then pseudo-label distillation
-(from SEED's model, or from whichever of it and the start scores higher on the pseudo-dev).
+The arms, from no adaptation and the zero-shot RRF of BM25 and the start to MLM, TSDAE, SEED and its variants and
+pseudo-label distillation, are `adaptation_arms.py`'s; the tables are `adaptation_report.py`'s.
 Every arm continues the same start on the same number of corpus texts (steps x batch) at the same learning rate and
 schedule. Each model is evaluated on --split as the start is used (its pooling, normalisation and max_seq_length):
 nDCG@10 and Recall@100 zero-shot, then after few-shot fine-tuning on k training queries (the same queries and recipe
@@ -32,25 +27,15 @@ from pathlib import Path
 from adaptation import (
     ADAPTATION, BUDGETS, PSEUDO_DEV, ZERO_SHOT, Adaptation, AdaptationBudget, few_shot_label, settings_of,
 )
-from adaptation_arms import ANCHOR_WEIGHTS, ANCHORED_THEN_PSEUDO_LABELS, ARMS, BY_KEY, START, anchored_key
-from ablation_report import verdict
-from harness import ResultStore, limit_threads, markdown_table, mean_and_std, mean_std
-from proxy_agreement import NEVER_LOSES_MARGIN, PUBLISHED, never_loses, proxy_agreement, with_published
+from adaptation_arms import ARMS, BY_KEY, START
+from adaptation_report import macro_average, section
+from harness import ResultStore, limit_threads
+from proxy_agreement import with_published
 from pubmedqa_collection import build_pubmedqa_collection
 from training.common.cli import exit_status
 from training.common.errors import InputError
 
 PUBMEDQA = "pubmedqa"
-SHORT_NAMES = {
-    "rrf": "RRF of BM25 and the start", "mlm": "MLM only", "tsdae": "TSDAE", "strong-decoder": "strong decoder",
-    "decoder-only": "weak decoder alone", "pseudo-labels-sentences": "pseudo-labels (sentences)",
-    "pseudo-labels-titles": "pseudo-labels (titles)", "pseudo-labels-crops": "pseudo-labels (crops)",
-    "seed-then-pseudo-labels": "SEED then pseudo-labels",
-    "seed-or-start-then-pseudo-labels": "SEED or the start, then pseudo-labels",
-    "seed-warm-heads": "SEED after warm heads",
-    **{anchored_key(weight): f"SEED anchored ({weight})" for weight in ANCHOR_WEIGHTS},
-    ANCHORED_THEN_PSEUDO_LABELS: f"SEED anchored ({ANCHOR_WEIGHTS[0]}) then pseudo-labels",
-}
 
 
 def default_start() -> str | None:
@@ -157,156 +142,6 @@ def open_work_dir(work: Path, settings: dict, read_only: bool = False) -> Result
     work.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(settings, indent=2))
     return ResultStore(work / "results.json")
-
-
-def columns(few_shot: tuple[int, ...]) -> dict:
-    """Each column's value in one seed's steps of an arm (None while its step has not run, or where it has none)."""
-
-    def metric(evaluation: str, name: str):
-        return lambda steps: steps[evaluation].get(name) if evaluation in steps else None
-
-    def adaptation(name: str):
-        return lambda steps: steps[ADAPTATION].get(name) if ADAPTATION in steps else None
-
-    evaluations = [ZERO_SHOT, *map(few_shot_label, few_shot)]
-    return {
-        **{f"{evaluation} {name}": metric(evaluation, name) for evaluation in evaluations for name in ("ndcg@10", "recall@100")},
-        f"{PSEUDO_DEV} ndcg@10": metric(PSEUDO_DEV, "ndcg@10"),
-        f"{PUBLISHED} ndcg@10": metric(PUBLISHED, "ndcg@10"),
-        "start kept": metric(PUBLISHED, "kept_start"),
-        "mean pairwise cosine": metric(ZERO_SHOT, "mean_pairwise_cosine"),
-        "cls_information": adaptation("cls_information"),
-        "teacher prefers the source": adaptation("teacher_prefers_source"),
-        "adaptation seconds": adaptation("seconds"),
-    }
-
-
-def summarise(results: dict, few_shot: tuple[int, ...]) -> list[dict]:
-    """Per arm: its name, each seed's steps, and per column the mean, sd and number of seeds."""
-    rows = []
-    for key, per_seed in results.items():
-        summary = {}
-        for column, value_of in columns(few_shot).items():
-            values = [value for steps in per_seed.values() if (value := value_of(steps)) is not None]
-            mean, std = mean_and_std([float(value) for value in values]) if values else (None, None)
-            summary[column] = {"mean": mean, "std": std, "seeds": len(values), "values": values}
-        rows.append({"arm": BY_KEY[key].name, "key": key, "summary": summary, "per_seed": per_seed})
-    return rows
-
-
-def wanted_claims(few_shot: tuple[int, ...]) -> list[tuple[str, str, str, str]]:
-    """(claim, better arm, worse arm, column) as the issue asks them: SEED's zero-shot lift and its wins over TSDAE and
-    MLM, the weak against the strong decoder, each arm against no adaptation, and the adapted start after few-shot."""
-    zero = f"{ZERO_SHOT} ndcg@10"
-    wanted = [
-        ("SEED > no adaptation (goal: by ≥ 0.02)", "seed", "start", zero),
-        ("SEED > TSDAE", "seed", "tsdae", zero),
-        ("SEED > MLM only", "seed", "mlm", zero),
-        ("weak decoder > strong decoder", "seed", "strong-decoder", zero),
-        ("weak decoder alone > TSDAE", "decoder-only", "tsdae", zero),
-        ("SEED after warm heads > SEED", "seed-warm-heads", "seed", zero),
-        *((f"SEED anchored ({weight}) > SEED", anchored_key(weight), "seed", zero) for weight in ANCHOR_WEIGHTS),
-    ]
-    wanted += [
-        (f"{SHORT_NAMES[key]} > no adaptation", key, "start", zero)
-        for key in ("rrf", "mlm", "tsdae", "seed-warm-heads", *map(anchored_key, ANCHOR_WEIGHTS),
-                    "strong-decoder", "decoder-only", "pseudo-labels-sentences",
-                    "pseudo-labels-titles", "pseudo-labels-crops", "seed-then-pseudo-labels",
-                    "seed-or-start-then-pseudo-labels", ANCHORED_THEN_PSEUDO_LABELS)
-    ]
-    wanted += [
-        (f"{SHORT_NAMES[key]} > pseudo-labels (sentences) alone", key, "pseudo-labels-sentences", zero)
-        for key in ("seed-then-pseudo-labels", "seed-or-start-then-pseudo-labels", ANCHORED_THEN_PSEUDO_LABELS)
-    ]
-    wanted.append((
-        f"{SHORT_NAMES[ANCHORED_THEN_PSEUDO_LABELS]} > SEED then pseudo-labels", ANCHORED_THEN_PSEUDO_LABELS,
-        "seed-then-pseudo-labels", zero,
-    ))
-    for k in few_shot:
-        wanted.append((f"SEED then k={k} > the start then k={k}", "seed", "start", f"{few_shot_label(k)} ndcg@10"))
-    return wanted
-
-
-def claims(results: dict, few_shot: tuple[int, ...]) -> list[dict]:
-    found = []
-    value_of = columns(few_shot)
-    for claim, better, worse, column in wanted_claims(few_shot):
-        if better not in results or worse not in results:
-            continue
-        differences = [
-            value_of[column](steps) - value_of[column](results[worse][seed])
-            for seed, steps in results[better].items()
-            if seed in results[worse] and value_of[column](steps) is not None
-            and value_of[column](results[worse][seed]) is not None
-        ]
-        if differences:
-            found.append({"claim": claim, "column": column, "differences": differences, "verdict": verdict(differences)})
-    return found
-
-
-def is_number(value) -> bool:
-    """A figure to average (a yes/no such as kept_start is not one)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def macro_average(per_collection: list[dict]) -> dict:
-    """Per arm and seed, every step's numbers averaged over the collections that all hold that step."""
-    first = per_collection[0]
-    macro = {}
-    for key, per_seed in first.items():
-        macro[key] = {}
-        for seed, steps in per_seed.items():
-            macro[key][seed] = {}
-            for step, values in steps.items():
-                found = [results[key][seed][step] for results in per_collection if step in results.get(key, {}).get(seed, {})]
-                if len(found) == len(per_collection):
-                    macro[key][seed][step] = {
-                        name: sum(value[name] for value in found) / len(found)
-                        for name, number in values.items() if is_number(number)
-                        and all(is_number(value.get(name)) for value in found)
-                    }
-    return macro
-
-
-def cell(summary: dict, digits: int = 3) -> str:
-    values = summary["values"]
-    if not values:
-        return "-"
-    if all(isinstance(value, bool) for value in values):
-        return f"{sum(values)} of {len(values)}"
-    return mean_std(values, digits=digits)
-
-
-def section(title: str, results: dict, few_shot: tuple[int, ...], agreement: bool = True) -> dict:
-    """One collection's tables (or the macro average's, without the proxy's agreement, which is per collection)."""
-    rows = summarise(results, few_shot)
-    names = list(columns(few_shot))
-    table = markdown_table(
-        ["arm", *names],
-        [[row["arm"], *(cell(row["summary"][name], 1 if name.endswith("seconds") else 3) for name in names)] for row in rows],
-    )
-    found = claims(results, few_shot)
-    claim_table = markdown_table(
-        ["claim", "column", "per-seed difference (mean ± sd)", "verdict"],
-        [[item["claim"], item["column"], mean_std(item["differences"], digits=4), item["verdict"]] for item in found],
-    )
-    guard = never_loses(results)
-    guard_table = markdown_table(
-        ["arm", "published − start, per seed", "start kept", f"never loses (≥ −{NEVER_LOSES_MARGIN})"],
-        [[BY_KEY[item["arm"]].name, ", ".join(f"{value:+.4f}" for value in item["differences"]),
-          "-" if item["kept"] is None else f"{item['kept']} of {len(item['differences'])}",
-          "yes" if item["holds"] else "no"] for item in guard],
-    )
-    markdown = (
-        f"## {title}\n\n{table}\n\nClaims, as per-seed differences:\n\n{claim_table}\n\nWhat the recipe publishes "
-        f"(the trained model where its pseudo-dev nDCG@10 beats the start's, else the start), against the start:\n\n"
-        f"{guard_table}"
-    )
-    found_agreement = None
-    if agreement:
-        found_agreement = proxy_agreement(results)
-        markdown += "\n\n" + found_agreement["markdown"]
-    return {"arms": rows, "claims": found, "never_loses": guard, "proxy_agreement": found_agreement, "markdown": markdown}
 
 
 def selected_arms(keys: list[str] | None) -> list:

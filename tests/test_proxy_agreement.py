@@ -92,7 +92,7 @@ def test_the_macro_averages_guard_table_leaves_the_kept_count_blank_rather_than_
     """The start is kept or not per collection: over collections there is no one yes/no to count, so the macro
     table says nothing there, where it used to count SEED as never keeping the start although it kept it everywhere."""
     from adaptation_arms import BY_KEY
-    from domain_adaptation import macro_average, section
+    from adaptation_report import macro_average, section
 
     collection = with_published({"start": {1: steps(0.60, 0.64)}, "seed": {1: steps(0.50, 0.58)}})  # keeps the start
     macro = macro_average([collection, collection])

@@ -1,7 +1,7 @@
 """The arms of the label-free adaptation benchmark (`domain_adaptation.py`), in table order: what each does to the
 start on the corpus alone. No adaptation; the zero-shot RRF of BM25 and the start; MLM; TSDAE; SEED's weak decoder,
 alone, after its new heads learn on the frozen start, and held near the start; a strong decoder; the weak decoder
-alone; pseudo-label distillation from each kind of pseudo-query; and SEED (unguarded, guarded by the start, or held
+alone, free or held near the start; pseudo-label distillation from each kind of pseudo-query; and SEED (unguarded, guarded by the start, or held
 near the start) then pseudo-label distillation. How each runs is `adaptation.py`'s."""
 
 from dataclasses import dataclass
@@ -53,6 +53,10 @@ def anchored_key(weight: int) -> str:
 
 
 ANCHORED_THEN_PSEUDO_LABELS = f"{anchored_key(ANCHOR_WEIGHTS[0])}-then-pseudo-labels"
+# The weak decoder alone held near the start: no MLM term, so no new head's gradients reach the encoder (MLM alone
+# collapsed the corpus vectors as much as SEED did), and the decoder, the one objective left, reads the vector ten
+# times as much as beside MLM (`cls_information`).
+DECODER_ANCHORED = f"decoder-only-anchored-{ANCHOR_WEIGHTS[0]}"
 START = AdaptationArm("start", "no adaptation (the start as it is)")
 SEED = AdaptationArm("seed", "SEED: MLM + weak decoder (3 layers, span 2) on the pooled vector", WEAK)
 ARMS = (
@@ -78,6 +82,11 @@ ARMS = (
         ("--decoder_num_layers", "3", "--decoder_attention_span", "full"),
     ),
     AdaptationArm("decoder-only", "weak decoder alone (no MLM) on the pooled vector", (*WEAK, "--mlm_loss_weight", "0")),
+    AdaptationArm(
+        DECODER_ANCHORED,
+        f"weak decoder alone held near the start (no MLM, anchor weight {ANCHOR_WEIGHTS[0]})",
+        (*WEAK, "--mlm_loss_weight", "0", "--anchor_loss_weight", str(ANCHOR_WEIGHTS[0])),
+    ),
     *(
         AdaptationArm(f"pseudo-labels-{kind}", f"pseudo-label distillation, {kind} as pseudo-queries", pseudo_queries=(kind,))
         for kind in (SENTENCES, TITLES, CROPS)

@@ -99,3 +99,19 @@ def test_an_anchor_with_nothing_to_hold_is_refused_before_anything_is_written(
     ]) == 2
     assert message in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_an_anchor_under_fsdp_loading_weights_on_the_first_process_only_is_refused(
+    minilm_dir, scifact_slice, tmp_path, capsys, monkeypatch
+):
+    # What `accelerate launch` sets for an FSDP config with fsdp_cpu_ram_efficient_loading: true; every process but
+    # the first then builds the model on the meta device, and its copy of the start would hold nothing.
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    monkeypatch.setenv("FSDP_CPU_RAM_EFFICIENT_LOADING", "true")
+    out = tmp_path / "out"
+    assert pretrain([
+        "--model_name_or_path", minilm_dir, "--train_file", scifact_slice / "corpus.jsonl", "--output_dir", out,
+        *MOVING_RUN, "--anchor_loss_weight", "10",
+    ]) == 2
+    assert "not available with FSDP's fsdp_cpu_ram_efficient_loading" in capsys.readouterr().err
+    assert not out.exists()

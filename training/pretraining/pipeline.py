@@ -1,11 +1,13 @@
 """SEED-Encoder pretraining with the standard `Trainer`: the library function behind `training/pretrain.py`."""
 
 import logging
+import os
 from pathlib import Path
 
 from datasets import IterableDataset
 from transformers import set_seed
 from transformers.integrations import is_deepspeed_zero3_enabled
+from transformers.utils import strtobool
 
 import modeling_seed  # noqa: F401  (registers SEED with the Auto classes in every process)
 from modeling_seed import DataCollatorForSeedPretraining, SeedEncoderForPreTraining
@@ -52,8 +54,9 @@ def _describe_data(data_args: DataArguments) -> str:
 
 def check_flags_that_hold_the_start(training_args: SeedPretrainingArguments, start: str | None) -> None:
     """Refuse --freeze_encoder without a trained start, and an --anchor_loss_weight that cannot hold anything:
-    negative, without a trained start, with the encoder frozen, or with DeepSpeed ZeRO-3 (whose partitioned weights a
-    copy would not hold)."""
+    negative, without a trained start, with the encoder frozen, with DeepSpeed ZeRO-3 (whose partitioned weights a
+    copy would not hold) or with FSDP's CPU-RAM-efficient loading (where every process but the first holds no weights
+    to copy until FSDP sends them)."""
     if training_args.freeze_encoder and start is None:
         raise InputError(
             "--freeze_encoder keeps the encoder as it starts, and a new model's encoder is random: pass "
@@ -79,6 +82,19 @@ def check_flags_that_hold_the_start(training_args: SeedPretrainingArguments, sta
             "--anchor_loss_weight is not available with DeepSpeed ZeRO-3: its copy of the starting encoder would hold "
             "partitioned weights. Use ZeRO-2, FSDP or DDP."
         )
+    if fsdp_loads_weights_on_the_first_process_only():
+        raise InputError(
+            "--anchor_loss_weight is not available with FSDP's fsdp_cpu_ram_efficient_loading: every process but the "
+            "first builds the model without weights, so its copy of the starting encoder would be empty. Set "
+            "fsdp_cpu_ram_efficient_loading: false in the Accelerate config (as training/configs/"
+            "accelerate_fsdp_bf16.yaml does)."
+        )
+
+
+def fsdp_loads_weights_on_the_first_process_only() -> bool:
+    """Whether Accelerate's FSDP config asks for CPU-RAM-efficient loading, read from the environment `accelerate
+    launch` (or the Trainer's `fsdp_config`) sets, as transformers' `from_pretrained` reads it."""
+    return all(strtobool(os.environ.get(name, "false")) for name in ("ACCELERATE_USE_FSDP", "FSDP_CPU_RAM_EFFICIENT_LOADING"))
 
 
 def run_pretraining(

@@ -119,8 +119,14 @@ def proxy_agreement(results: dict) -> dict:
          "best on the pseudo-dev", "best on the evaluation split"],
         rows,
     )
-    markdown = (
-        "How well the pseudo-dev (no label) agrees with the evaluation split, over the trained models of each seed "
-        f"(nDCG@10):\n\n{table}" + ("" if mean_tau is None else f"\n\nMean Kendall tau over seeds: {mean_tau:+.3f}.")
-    )
+    if not per_seed:  # said in words: an empty table reads as a failure
+        markdown = (
+            "How well the pseudo-dev (no label) agrees with the evaluation split: not measured, as no seed has the "
+            "start and at least two trained models scored on both (run more arms into the work folder)."
+        )
+    else:
+        markdown = (
+            "How well the pseudo-dev (no label) agrees with the evaluation split, over the trained models of each seed "
+            f"(nDCG@10):\n\n{table}" + ("" if mean_tau is None else f"\n\nMean Kendall tau over seeds: {mean_tau:+.3f}.")
+        )
     return {"per_seed": per_seed, "mean_kendall_tau": mean_tau, "markdown": markdown}

@@ -88,6 +88,13 @@ def test_the_agreement_table_has_a_row_per_seed_and_the_mean_tau():
     assert "Mean Kendall tau over seeds: +0.000." in found["markdown"]
 
 
+def test_with_fewer_than_two_trained_models_the_agreement_is_said_to_be_unmeasured_rather_than_an_empty_table():
+    found = proxy_agreement({"start": {1: steps(0.5, 0.6)}, "mlm": {1: steps(0.6, 0.7)}})
+
+    assert found["per_seed"] == [] and found["mean_kendall_tau"] is None
+    assert "agrees with the evaluation split: not measured" in found["markdown"] and "|" not in found["markdown"]
+
+
 def test_the_macro_averages_guard_table_leaves_the_kept_count_blank_rather_than_none_kept():
     """The start is kept or not per collection: over collections there is no one yes/no to count, so the macro
     table says nothing there, where it used to count SEED as never keeping the start although it kept it everywhere."""

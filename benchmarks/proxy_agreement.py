@@ -105,6 +105,11 @@ def proxy_agreement(results: dict) -> dict:
     """`seed_agreement` for every seed, their mean tau, and the table."""
     seeds = sorted({seed for per_seed in results.values() for seed in per_seed})
     per_seed = [found for seed in seeds if (found := seed_agreement(results, seed)) is not None]
+    if not per_seed:  # said in words: an empty table reads as a failure
+        return {"per_seed": [], "mean_kendall_tau": None, "markdown": (
+            "How well the pseudo-dev (no label) agrees with the evaluation split: not measured, as no seed has the "
+            "start and at least two trained models scored on both (run more arms into the work folder)."
+        )}
     rows = [
         [item["seed"], item["models"], "-" if item["kendall_tau"] is None else f"{item['kendall_tau']:+.3f}",
          f"{item['pairs_agreeing']} of {item['pairs']}",
@@ -119,14 +124,8 @@ def proxy_agreement(results: dict) -> dict:
          "best on the pseudo-dev", "best on the evaluation split"],
         rows,
     )
-    if not per_seed:  # said in words: an empty table reads as a failure
-        markdown = (
-            "How well the pseudo-dev (no label) agrees with the evaluation split: not measured, as no seed has the "
-            "start and at least two trained models scored on both (run more arms into the work folder)."
-        )
-    else:
-        markdown = (
-            "How well the pseudo-dev (no label) agrees with the evaluation split, over the trained models of each seed "
-            f"(nDCG@10):\n\n{table}" + ("" if mean_tau is None else f"\n\nMean Kendall tau over seeds: {mean_tau:+.3f}.")
-        )
+    markdown = (
+        "How well the pseudo-dev (no label) agrees with the evaluation split, over the trained models of each seed "
+        f"(nDCG@10):\n\n{table}" + ("" if mean_tau is None else f"\n\nMean Kendall tau over seeds: {mean_tau:+.3f}.")
+    )
     return {"per_seed": per_seed, "mean_kendall_tau": mean_tau, "markdown": markdown}

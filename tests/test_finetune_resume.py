@@ -3,6 +3,7 @@ one. (With no arguments at all, fine-tuning turns the pretraining main job's ./s
 `test_main_job.py` runs that chain.)"""
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -60,6 +61,36 @@ def test_run_killed_in_its_second_round_resumes_to_identical_weights(tmp_path, c
     # Round 1 was whole and round 2 continued from its checkpoint: the rerun trained only the steps after it.
     round_two_steps = global_step(round_dir(uninterrupted, 2))
     assert resumed.stdout.count("{'loss'") == round_two_steps - resumed_from
+
+
+def test_a_round_stopped_after_its_last_checkpoint_is_finished_from_it_without_a_step_more(
+    tmp_path, scifact_slice, tiny_seed_dir, capsys
+):
+    def flags(output_dir):
+        return [
+            "--model_name_or_path", tiny_seed_dir, "--data_dir", scifact_slice, "--output_dir", output_dir,
+            *TINY_FINETUNE, "--negatives", "none", "--max_steps", "4", "--save_steps", "2",
+        ]
+
+    uninterrupted = tmp_path / "uninterrupted"
+    assert finetune(flags(uninterrupted)) == 0
+    # What a run stopped after writing checkpoint-4, before the round's model and the final folder, leaves.
+    out = tmp_path / "stopped"
+    shutil.copytree(uninterrupted / "finetuning", out / "finetuning")
+    stopped_round = round_dir(out, 1)
+    shutil.rmtree(stopped_round / "model")
+    for name in ("dev_metrics.json", "trainer_state.json"):
+        (stopped_round / name).unlink()
+    capsys.readouterr()
+
+    assert finetune(flags(out)) == 0
+
+    assert capsys.readouterr().out.count("{'loss'") == 0
+    assert global_step(stopped_round) == 4 and not (stopped_round / "checkpoint-5").exists()
+    assert json.loads((stopped_round / "dev_metrics.json").read_text()) == json.loads(
+        (round_dir(uninterrupted, 1) / "dev_metrics.json").read_text()
+    )
+    assert max_abs_difference(weights(out), weights(uninterrupted)) <= 1e-6
 
 
 def test_a_folder_holding_another_run_is_refused(tmp_path, command, capsys):

@@ -143,3 +143,17 @@ def test_rerunning_a_finished_command_trains_nothing_and_a_larger_max_steps_trai
 
     assert f"Resuming from {out / f'checkpoint-{STEPS}'}" in caplog.text
     assert global_step(out) == STEPS + 2
+
+
+def test_a_run_stopped_after_its_last_checkpoint_is_finished_from_it_without_a_step_more(
+    tmp_path, caplog, command, uninterrupted
+):
+    out = tmp_path / "out"
+    # What a run stopped after writing checkpoint-12, before its final model, leaves.
+    shutil.copytree(uninterrupted / f"checkpoint-{STEPS}", out / f"checkpoint-{STEPS}")
+
+    assert pretrain(command(out)) == 0
+
+    assert global_step(out) == STEPS and not (out / f"checkpoint-{STEPS + 1}").exists()
+    assert max_abs_difference(weights(out), weights(uninterrupted)) <= 1e-6
+    assert "Wall time: not measured (this run finished from the checkpoint of its last step" in (out / "README.md").read_text()

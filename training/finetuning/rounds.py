@@ -15,10 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from transformers import TrainerState
-from transformers.trainer import TRAINER_STATE_NAME
 
 from ..common.output_dir import FINISHED_MARKER, last_complete_checkpoint, publish_final_model, staging_dir
+from ..common.resuming import holds_the_last_step, restore_the_last_step
 from ..common.timing import PhaseTimer
 from ..evaluation.retrievers import BM25Retriever
 from .data import TrainingSet
@@ -103,8 +102,8 @@ def prepare_examples(
 def train_round(plan: RoundPlan, trainer, timer: PhaseTimer) -> dict:
     """Train the round (resuming its last whole checkpoint), then write its dev metrics and its model."""
     checkpoint = last_complete_checkpoint(plan.folder)
-    if checkpoint is not None and at_last_step(checkpoint):
-        restore_last_step(trainer, checkpoint)
+    if checkpoint is not None and holds_the_last_step(checkpoint, trainer):
+        restore_the_last_step(trainer, checkpoint)
     else:
         trainer.train(resume_from_checkpoint=None if checkpoint is None else str(checkpoint))
     metrics = final_evaluation(trainer)
@@ -119,23 +118,6 @@ def train_round(plan: RoundPlan, trainer, timer: PhaseTimer) -> dict:
             publish_final_model(str(plan.model_dir))
     trainer.accelerator.wait_for_everyone()
     return metrics
-
-
-def at_last_step(checkpoint: Path) -> bool:
-    """Whether the checkpoint holds the round's last step (the run was stopped before it wrote the round's model)."""
-    state = TrainerState.load_from_json(str(checkpoint / TRAINER_STATE_NAME))
-    return state.global_step >= state.max_steps > 0
-
-
-def restore_last_step(trainer, checkpoint: Path) -> None:
-    """The trained round from its last step's checkpoint: its weights (the best checkpoint's, with
-    --load_best_model_at_end) and its state, without training. Resumed from there with --max_steps, transformers
-    skips the epoch's trained batches and trains one step more before it checks the step count."""
-    logger.warning("%s holds the round's last step: the round is trained, nothing left to train.", checkpoint)
-    trainer.state = TrainerState.load_from_json(str(checkpoint / TRAINER_STATE_NAME))
-    trainer._load_from_checkpoint(str(checkpoint))
-    if trainer.args.load_best_model_at_end and trainer.state.best_model_checkpoint:
-        trainer._load_best_model()
 
 
 def final_evaluation(trainer) -> dict:

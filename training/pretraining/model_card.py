@@ -104,7 +104,7 @@ def render_model_card(
         lr_scheduler_type=str(getattr(training_args.lr_scheduler_type, "value", training_args.lr_scheduler_type)),
         seed=training_args.seed,
         precision=precision,
-        train_runtime=train_metrics.get("train_runtime", 0.0),
+        train_runtime=train_metrics.get("train_runtime"),
         loss_rows=loss_rows,
         command=shlex.join(command if command is not None else sys.argv),
     )

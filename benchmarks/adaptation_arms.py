@@ -1,7 +1,7 @@
 """The arms of the label-free adaptation benchmark (`domain_adaptation.py`), in table order: what each does to the
 start on the corpus alone. No adaptation; the zero-shot RRF of BM25 and the start; MLM; TSDAE; SEED's weak decoder,
 alone, after its new heads learn on the frozen start, and held near the start; a strong decoder; the weak decoder
-alone, free or held near the start; pseudo-label distillation from each kind of pseudo-query; and SEED (unguarded,
+alone, free or held near the start (its decoder at the default rate or a fast one); pseudo-label distillation from each kind of pseudo-query; and SEED (unguarded,
 guarded by the start, or held near the start) then pseudo-label distillation. How each runs is `adaptation.py`'s."""
 
 from dataclasses import dataclass
@@ -57,6 +57,12 @@ ANCHORED_THEN_PSEUDO_LABELS = f"{anchored_key(ANCHOR_WEIGHTS[0])}-then-pseudo-la
 # collapsed the corpus vectors as much as SEED did), and the decoder, the one objective left, reads the vector ten
 # times as much as beside MLM (`cls_information`).
 DECODER_ANCHORED = f"decoder-only-anchored-{ANCHOR_WEIGHTS[0]}"
+# The same with the decoder at 3e-3, 100 times the encoder's rate, where a new weak decoder learns to read the frozen
+# start's vector fastest: held-out `cls_information` after 64 steps x 16 SciFact abstracts on the frozen start (seed 1)
+# 0.019 at 3e-4 (the arms' default rate), 0.142 at 1e-3, 0.169 at 3e-3, 0.014 at 1e-2; after 128 steps 0.138, 0.218,
+# 0.293. At the default rate every decoder arm moved the encoder with a decoder that barely read the vector.
+FAST_DECODER_RATE = "3e-3"
+DECODER_ANCHORED_FAST = f"{DECODER_ANCHORED}-fast-decoder"
 START = AdaptationArm("start", "no adaptation (the start as it is)")
 SEED = AdaptationArm("seed", "SEED: MLM + weak decoder (3 layers, span 2) on the pooled vector", WEAK)
 ARMS = (
@@ -86,6 +92,12 @@ ARMS = (
         DECODER_ANCHORED,
         f"weak decoder alone held near the start (no MLM, anchor weight {ANCHOR_WEIGHTS[0]})",
         (*WEAK, "--mlm_loss_weight", "0", "--anchor_loss_weight", str(ANCHOR_WEIGHTS[0])),
+    ),
+    AdaptationArm(
+        DECODER_ANCHORED_FAST,
+        f"weak decoder alone held near the start (no MLM, anchor weight {ANCHOR_WEIGHTS[0]}), decoder rate {FAST_DECODER_RATE}",
+        (*WEAK, "--mlm_loss_weight", "0", "--anchor_loss_weight", str(ANCHOR_WEIGHTS[0]),
+         "--decoder_learning_rate", FAST_DECODER_RATE),
     ),
     *(
         AdaptationArm(f"pseudo-labels-{kind}", f"pseudo-label distillation, {kind} as pseudo-queries", pseudo_queries=(kind,))

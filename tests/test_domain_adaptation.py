@@ -27,7 +27,7 @@ from training.common.errors import InputError  # noqa: E402
 
 PRETRAINING_ARMS = (
     "mlm", "tsdae", "seed", "seed-warm-heads", "seed-anchored-10", "seed-anchored-100", "strong-decoder", "decoder-only",
-    "decoder-only-anchored-10",
+    "decoder-only-anchored-10", "decoder-only-anchored-10-fast-decoder",
 )
 # Titles are skipped: the PubMedQA collection's abstracts have none.
 PSEUDO_LABEL_ARMS = (
@@ -239,17 +239,22 @@ def test_the_warm_heads_arm_trains_seeds_heads_on_the_frozen_start_then_everythi
 
 
 @pytest.mark.parametrize(
-    ("arm", "weight", "with_mlm"),
-    [("seed-anchored-10", 10, True), ("seed-anchored-100", 100, True), ("decoder-only-anchored-10", 10, False)],
+    ("arm", "weight", "with_mlm", "decoder_rate"),
+    [
+        ("seed-anchored-10", 10, True, 3e-4), ("seed-anchored-100", 100, True, 3e-4),
+        ("decoder-only-anchored-10", 10, False, 3e-4), ("decoder-only-anchored-10-fast-decoder", 10, False, 3e-3),
+    ],
 )
-def test_the_anchored_arms_are_held_near_the_start_at_their_weight(adaptation_run, arm, weight, with_mlm):
+def test_the_anchored_arms_are_held_near_the_start_at_their_weight(adaptation_run, arm, weight, with_mlm, decoder_rate):
     from modeling_seed import SeedEncoderConfig
 
     folder = adaptation_run.work / "pubmedqa" / arm / "seed-1" / "adapted"
     config = SeedEncoderConfig.from_pretrained(folder)
     result = adaptation_run.results_after_first[f"pubmedqa/{arm}/seed-1/adaptation"]
+    arguments = torch.load(folder / "training_args.bin", weights_only=False)
 
     assert f"Held near its start (`--anchor_loss_weight {weight:.1f}`)" in (folder / "README.md").read_text()
+    assert (arguments.learning_rate, arguments.decoder_learning_rate) == pytest.approx((3e-5, decoder_rate))
     assert (config.decoder_condition, config.decoder_attention_span, config.decoder_num_layers) == ("mean", 2, 3)
     assert config.mlm_loss_weight == int(with_mlm) and (result["mlm_loss"] is not None) == with_mlm
     assert 0 < result["anchor_loss"] < 1

@@ -1,8 +1,9 @@
 """The arms of the label-free adaptation benchmark (`domain_adaptation.py`), in table order: what each does to the
 start on the corpus alone. No adaptation; the zero-shot RRF of BM25 and the start; MLM; TSDAE; SEED's weak decoder,
 alone, after its new heads learn on the frozen start, and held near the start; a strong decoder; the weak decoder
-alone, free or held near the start (its decoder at the default rate or a fast one); pseudo-label distillation from each kind of pseudo-query; and SEED (unguarded,
-guarded by the start, or held near the start) then pseudo-label distillation. How each runs is `adaptation.py`'s."""
+alone, free or held near the start (its decoder at the default rate or a fast one); pseudo-label distillation from
+each kind of pseudo-query; and SEED (unguarded, guarded by the start, or held near the start) then pseudo-label
+distillation. How each runs is `adaptation.py`'s."""
 
 from dataclasses import dataclass
 

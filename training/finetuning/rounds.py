@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ..common.output_dir import FINISHED_MARKER, last_complete_checkpoint, publish_final_model, staging_dir
-from ..common.resuming import holds_the_last_step, restore_the_last_step
+from ..common.resuming import train_or_restore
 from ..common.timing import PhaseTimer
 from ..evaluation.retrievers import BM25Retriever
 from .data import TrainingSet
@@ -102,10 +102,7 @@ def prepare_examples(
 def train_round(plan: RoundPlan, trainer, timer: PhaseTimer) -> dict:
     """Train the round (resuming its last whole checkpoint), then write its dev metrics and its model."""
     checkpoint = last_complete_checkpoint(plan.folder)
-    if checkpoint is not None and holds_the_last_step(checkpoint, trainer):
-        restore_the_last_step(trainer, checkpoint)
-    else:
-        trainer.train(resume_from_checkpoint=None if checkpoint is None else str(checkpoint))
+    train_or_restore(trainer, checkpoint)
     metrics = final_evaluation(trainer)
     if trainer.is_world_process_zero():
         with timer.phase(SAVING):

@@ -23,7 +23,7 @@ from ..common.output_dir import (
     push_final_model,
     staging_dir,
 )
-from ..common.resuming import holds_the_last_step, restore_the_last_step
+from ..common.resuming import train_or_restore
 from .arguments import (
     BUNDLED_CORPUS_EPOCHS,
     BUNDLED_CORPUS_LEARNING_RATE,
@@ -254,11 +254,7 @@ def _pretrain(model_args: ModelArguments, data_args: DataArguments, training_arg
         data_collator=collator,
         processing_class=tokenizer,
     )
-    if resume_from is not None and holds_the_last_step(resume_from, trainer):
-        restore_the_last_step(trainer, resume_from)
-        metrics = {}  # no training, so no training time or loss of this run's own
-    else:
-        metrics = dict(trainer.train(resume_from_checkpoint=resume_from).metrics)
+    metrics = train_or_restore(trainer, resume_from)
     if eval_dataset is not None:
         metrics.update(trainer.evaluate())
     metrics["global_step"] = trainer.state.global_step

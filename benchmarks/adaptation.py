@@ -213,7 +213,8 @@ class Adaptation:
             "--per_device_train_batch_size", budget.batch_size, "--learning_rate", budget.learning_rate,
             "--warmup_steps", budget.warmup_steps, "--max_seq_length", budget.max_seq_length, "--seed", seed,
             "--output_dir", output, "--cache_dir", self.cache_dir, "--eval_strategy", "no", "--report_to", "none",
-            *(("--candidate_starts", self.start) if arm.start_is_candidate else ()), *self.precision,
+            *(("--candidate_starts", self.start) if arm.start_is_candidate else ()),
+            *(("--dev_pseudo_queries", *arm.dev_pseudo_queries) if arm.dev_pseudo_queries else ()), *self.precision,
         ])
         return distillation_metrics(output)
 

@@ -111,3 +111,49 @@ def test_a_run_on_sentence_and_title_pseudo_queries_trains_on_them_and_its_card_
     assert "titles" in card and "Inverse Cloze Task" in card
     assert json.loads((out / "finetuning" / "run.json").read_text())["data"]["pseudo_queries"] == ["sentences", "titles"]
     assert len(texts) == len(titles) > 100
+
+
+def test_a_dev_split_of_another_kind_asks_the_held_out_passages_for_it_and_leaves_training_as_it_was(shared_data_dir):
+    texts, titles = titled_passages([str(shared_data_dir / "scifact" / "corpus.jsonl")], "text", "title")
+    texts, titles = texts[:300], titles[:300]
+    on_titles = training_set_from_passages(texts, 0.1, None, 3, "scifact", "abstracts", (TITLES,), titles)
+    judged_on_sentences = training_set_from_passages(
+        texts, 0.1, None, 3, "scifact", "abstracts", (TITLES,), titles, dev_kinds=(SENTENCES,)
+    )
+    dev = judged_on_sentences.dev
+    cut_out = [query_id for query_id, query in dev.queries.items() if query not in dev.corpus[f"d{query_id[1:]}"]]
+
+    assert judged_on_sentences.queries == on_titles.queries  # training is the titles it was
+    # the same held-out passages (never trained on), less those without two sentences to draw from
+    assert set(dev.queries) == {
+        query_id for query_id in on_titles.dev.queries if len(split_sentences(texts[int(query_id[1:])])) >= 2
+    } and len(dev.queries) > 20
+    for query_id, query in dev.queries.items():
+        index = int(query_id[1:])
+        assert query in split_sentences(texts[index]) and dev.qrels[query_id] == {f"d{index}": 1}
+    assert len(cut_out) / len(dev.queries) > 0.7  # the Inverse Cloze Task's cut holds for the dev's documents too
+    assert "another kind" in judged_on_sentences.description and "Inverse Cloze Task" in judged_on_sentences.description
+
+
+def test_a_dev_of_pseudo_queries_for_real_queries_is_refused(capsys, tmp_path, tiny_seed_dir, scifact_slice):
+    out = tmp_path / "never-written"
+
+    assert finetune([
+        "--model_name_or_path", tiny_seed_dir, "--data_dir", scifact_slice, "--dev_pseudo_queries", "sentences",
+        "--output_dir", out, *TINY_FINETUNE,
+    ]) == 2
+    assert "--dev_pseudo_queries sentences" in capsys.readouterr().err and not out.exists()
+
+
+def test_a_run_trained_on_titles_and_judged_on_sentences_says_so_on_its_card(scifact_slice, tiny_seed_dir, tmp_path):
+    out = tmp_path / "titles-judged-on-sentences"
+
+    assert finetune([
+        "--model_name_or_path", tiny_seed_dir, "--corpus_file", scifact_slice / "corpus.jsonl",
+        "--pseudo_queries", "titles", "--dev_pseudo_queries", "sentences", "--output_dir", out, *TINY_FINETUNE,
+    ]) == 0
+    trained_on = {int(query_id[1:]) for query_id, _, _ in round_examples(out, 1)}
+    card = (out / "README.md").read_text()
+
+    assert len(trained_on) > 100 and "another kind" in card and "Inverse Cloze Task" in card
+    assert json.loads((out / "finetuning" / "run.json").read_text())["data"]["dev_pseudo_queries"] == ["sentences"]

@@ -137,8 +137,19 @@ class FinetuningDataArguments:
             "choices": list(PSEUDO_QUERY_KINDS),
         },
     )
+    dev_pseudo_queries: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "The kinds of pseudo-query the held-out passages make for the dev split that picks the published "
+            "model (the start or a round), when they should differ from --pseudo_queries: e.g. train on titles and "
+            "judge on sentences, since the start already finds a title's own text almost every time, so a title dev "
+            "split cannot tell a better round from it. Default: the kinds of --pseudo_queries.",
+            "choices": list(PSEUDO_QUERY_KINDS),
+        },
+    )
     title_column: str = field(
-        default="title", metadata={"help": "JSON field of --corpus_file holding a passage's title (--pseudo_queries titles)."}
+        default="title",
+        metadata={"help": "JSON field of --corpus_file holding a passage's title (--pseudo_queries titles, or the dev's)."},
     )
     max_train_queries: int | None = field(
         default=None,
@@ -184,11 +195,21 @@ class FinetuningDataArguments:
         if not self.pseudo_queries:
             raise InputError(f"--pseudo_queries: give at least one of {', '.join(PSEUDO_QUERY_KINDS)}.")
         self.pseudo_queries = list(dict.fromkeys(self.pseudo_queries))
-        if TITLES in self.pseudo_queries and not self.corpus_file:
-            raise InputError(
-                "--pseudo_queries titles needs --corpus_file, JSON lines whose records have a title (--title_column); "
-                "the bundled corpus has none."
-            )
+        if self.dev_pseudo_queries is not None:
+            if self.data_dir or self.train_file:
+                raise InputError(
+                    f"--dev_pseudo_queries {' '.join(self.dev_pseudo_queries)}: the dev split is made of pseudo-queries "
+                    "only with --corpus_file; --data_dir and --train_file hold theirs out of their real queries."
+                )
+            if not self.dev_pseudo_queries:
+                raise InputError(f"--dev_pseudo_queries: give at least one of {', '.join(PSEUDO_QUERY_KINDS)}.")
+            self.dev_pseudo_queries = list(dict.fromkeys(self.dev_pseudo_queries))
+        for flag, kinds in (("--pseudo_queries", self.pseudo_queries), ("--dev_pseudo_queries", self.dev_pseudo_queries)):
+            if TITLES in (kinds or []) and not self.corpus_file:
+                raise InputError(
+                    f"{flag} titles needs --corpus_file, JSON lines whose records have a title (--title_column); "
+                    "the bundled corpus has none."
+                )
         if self.eval_split and not self.data_dir:
             raise InputError(f"--eval_split {self.eval_split} needs --data_dir, the collection it is a split of.")
         if not 0 < self.dev_fraction < 1:

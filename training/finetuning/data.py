@@ -178,10 +178,11 @@ def titled_passages(files: list[str], text_column: str, title_column: str) -> tu
 
 def training_set_from_passages(
     passages: list[str], dev_fraction: float, max_train_queries: int | None, seed: int, name: str, description: str,
-    kinds: tuple[str, ...] = (CROPS,), titles: list[str | None] | None = None,
+    kinds: tuple[str, ...] = (CROPS,), titles: list[str | None] | None = None, dev_kinds: tuple[str, ...] | None = None,
 ) -> TrainingSet:
     """Unsupervised pairs: each passage (with its title, where `titles` gives one) makes one pseudo-query and the
-    document it must find, of a kind among `kinds` (`pseudo_queries.py`)."""
+    document it must find, of a kind among `kinds` (`pseudo_queries.py`); the held-out passages make theirs of a kind
+    among `dev_kinds` when given (default: `kinds`)."""
     rng = random.Random(seed)
     queries, corpus, qrels, sources, made = {}, {}, {}, {}, dict.fromkeys(kinds, 0)
     for index, passage in enumerate(passages):
@@ -207,4 +208,32 @@ def training_set_from_passages(
         f"{description}, one pseudo-query a passage ({counts}): {describe_kinds(kinds)}",
     )
     training_set.passages = {query_id: sources[query_id] for query_id in training_set.queries if query_id in sources}
+    if dev_kinds and set(dev_kinds) != set(kinds):
+        _remake_dev(training_set, passages, titles, dev_kinds, seed, description)
     return training_set
+
+
+def _remake_dev(
+    training_set: TrainingSet, passages: list[str], titles: list[str | None] | None, kinds: tuple[str, ...], seed: int,
+    description: str,
+) -> None:
+    """Give the held-out passages pseudo-queries of other `kinds` than training's. A kind the start already finds
+    almost every time (a title's own abstract) cannot tell a round from the start, however much better the round is.
+    The passages stay the held-out ones, never trained on; a passage that allows none of `kinds` leaves the dev split."""
+    rng = random.Random(f"dev-{seed}")
+    queries, qrels = {}, {}
+    for query_id in sorted(training_set.dev.queries, key=lambda query_id: int(query_id.removeprefix("q"))):
+        index = int(query_id.removeprefix("q"))
+        pair = pseudo_pair(passages[index], titles[index] if titles else None, kinds, rng)
+        if pair is None:
+            continue
+        doc_id = f"d{index}"
+        # The corpus is the training set's too: the held-out document becomes this pair's (e.g. its sentence cut out).
+        queries[query_id], training_set.corpus[doc_id], qrels[query_id] = pair.query, pair.document, {doc_id: 1}
+    if not queries:
+        raise InputError(
+            f"{description}: none of the {len(training_set.dev.queries)} held-out passages makes a pseudo-query of "
+            f"--dev_pseudo_queries {' '.join(kinds)}. Pass other kinds, or drop the flag to judge on training's kinds."
+        )
+    training_set.dev = Collection(name=training_set.dev.name, corpus=training_set.corpus, queries=queries, qrels=qrels)
+    training_set.description += f" and made {len(queries)} pseudo-queries of another kind: {describe_kinds(kinds)}"

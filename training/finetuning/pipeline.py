@@ -90,7 +90,7 @@ def load_training_set(data_args: FinetuningDataArguments, seed: int) -> Training
         return training_set_from_pairs(data_args.train_file, data_args.dev_fraction, data_args.max_train_queries, seed)
     titles = None
     if data_args.corpus_file:
-        if TITLES in data_args.pseudo_queries:
+        if TITLES in data_args.pseudo_queries + (data_args.dev_pseudo_queries or []):
             passages, titles = titled_passages(data_args.corpus_file, data_args.text_column, data_args.title_column)
         else:
             corpus = load_raw_corpus(data_args.corpus_file, None, data_args.text_column, argument="--corpus_file")
@@ -103,7 +103,7 @@ def load_training_set(data_args: FinetuningDataArguments, seed: int) -> Training
         description = "CPython's bundled reference documentation (`pydoc_data.topics`)"
     return training_set_from_passages(
         passages, data_args.dev_fraction, data_args.max_train_queries, seed, name, description,
-        tuple(data_args.pseudo_queries), titles,
+        tuple(data_args.pseudo_queries), titles, tuple(data_args.dev_pseudo_queries or ()),
     )
 
 

@@ -187,35 +187,32 @@ class FinetuningDataArguments:
                 "--corpus_file builds unsupervised pairs and is used only without --data_dir or --train_file; "
                 "drop one of them."
             )
-        if self.pseudo_queries != [CROPS] and (self.data_dir or self.train_file):
-            raise InputError(
-                f"--pseudo_queries {' '.join(self.pseudo_queries)}: pseudo-queries are made from a corpus alone "
-                "(--corpus_file), not from --data_dir or --train_file, whose queries are real; drop one of them."
-            )
-        if not self.pseudo_queries:
-            raise InputError(f"--pseudo_queries: give at least one of {', '.join(PSEUDO_QUERY_KINDS)}.")
-        self.pseudo_queries = list(dict.fromkeys(self.pseudo_queries))
+        self.pseudo_queries = self._pseudo_query_kinds("--pseudo_queries", self.pseudo_queries, default=[CROPS])
         if self.dev_pseudo_queries is not None:
-            if self.data_dir or self.train_file:
-                raise InputError(
-                    f"--dev_pseudo_queries {' '.join(self.dev_pseudo_queries)}: the dev split is made of pseudo-queries "
-                    "only with --corpus_file; --data_dir and --train_file hold theirs out of their real queries."
-                )
-            if not self.dev_pseudo_queries:
-                raise InputError(f"--dev_pseudo_queries: give at least one of {', '.join(PSEUDO_QUERY_KINDS)}.")
-            self.dev_pseudo_queries = list(dict.fromkeys(self.dev_pseudo_queries))
-        for flag, kinds in (("--pseudo_queries", self.pseudo_queries), ("--dev_pseudo_queries", self.dev_pseudo_queries)):
-            if TITLES in (kinds or []) and not self.corpus_file:
-                raise InputError(
-                    f"{flag} titles needs --corpus_file, JSON lines whose records have a title (--title_column); "
-                    "the bundled corpus has none."
-                )
+            self.dev_pseudo_queries = self._pseudo_query_kinds("--dev_pseudo_queries", self.dev_pseudo_queries)
         if self.eval_split and not self.data_dir:
             raise InputError(f"--eval_split {self.eval_split} needs --data_dir, the collection it is a split of.")
         if not 0 < self.dev_fraction < 1:
             raise InputError(f"--dev_fraction {self.dev_fraction}: must be between 0 and 1.")
         if self.max_train_queries is not None and self.max_train_queries < 1:
             raise InputError(f"--max_train_queries {self.max_train_queries}: must be at least 1.")
+
+    def _pseudo_query_kinds(self, flag: str, kinds: list[str], default: list[str] | None = None) -> list[str]:
+        """The kinds `flag` names, each once; refused beside real queries (unless left at `default`), empty, or
+        titles without a corpus file to read them from."""
+        if kinds != default and (self.data_dir or self.train_file):
+            raise InputError(
+                f"{flag} {' '.join(kinds)}: pseudo-queries are made from a corpus alone (--corpus_file), not from "
+                "--data_dir or --train_file, whose queries are real; drop one of them."
+            )
+        if not kinds:
+            raise InputError(f"{flag}: give at least one of {', '.join(PSEUDO_QUERY_KINDS)}.")
+        if TITLES in kinds and not self.corpus_file:
+            raise InputError(
+                f"{flag} titles needs --corpus_file, JSON lines whose records have a title (--title_column); "
+                "the bundled corpus has none."
+            )
+        return list(dict.fromkeys(kinds))
 
 
 @dataclass

@@ -43,10 +43,10 @@ from training.evaluation.evaluate import evaluate_retriever
 from training.evaluation.retrievers import BM25Retriever, HybridRetriever
 from training.finetuning.arguments import FinetuningDataArguments
 from training.finetuning.data import titled_passages
-from training.finetuning.pipeline import RUN_FILE, START_METRICS_FILE, STATE_DIR, best_round, load_training_set
+from training.finetuning.pipeline import RUN_FILE, START_METRICS_FILE, STATE_DIR, load_training_set
 from training.finetuning.pseudo_queries import SENTENCES, TITLES
 from training.finetuning.rounds import EXAMPLES_FILE, MODEL_DIR, RoundPlan
-from training.finetuning.starts import CANDIDATE_STARTS_FILE, best_start
+from training.finetuning.starts import CANDIDATE_STARTS_FILE, best_round, best_start
 from training.pretraining.arguments import WARM_START_DECODER_LR_FACTOR
 from tsdae import train_tsdae
 

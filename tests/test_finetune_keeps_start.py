@@ -21,7 +21,7 @@ from training.common.models import load_sentence_transformer
 from training.finetuning.arguments import FinetuningModelArguments
 from training.finetuning.data import training_set_from_beir
 from training.finetuning.model_card import fill_card_data
-from training.finetuning.pipeline import best_round
+from training.finetuning.starts import best_round
 from training.finetuning.rounds import DEV_METRICS_FILE, RoundPlan
 from training.finetuning.starts import best_start
 

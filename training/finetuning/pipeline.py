@@ -69,7 +69,9 @@ from .fresh_crops import FreshCrops
 from .model_card import describe_recipe, fill_card_data, write_model_card
 from .pseudo_queries import TITLES
 from .rounds import SAVING, RoundPlan, computed_once, prepare_examples, train_round, write_json_atomically
-from .starts import CANDIDATE_STARTS_FILE, best_start, candidate_dev_metrics, start_choice_line
+from .starts import (
+    CANDIDATE_STARTS_FILE, best_round, best_start, candidate_dev_metrics, kept_start_line, start_choice_line,
+)
 from .teachers import check_teacher_specs, load_teacher, with_start_teacher
 
 logger = logging.getLogger(__name__)
@@ -262,23 +264,6 @@ def report_timings(path: Path, timer: PhaseTimer) -> None:
     breakdown = timer.breakdown()
     write_json_atomically(path, breakdown)
     logger.info("Wall time of this run, by phase:\n%s", "\n".join(breakdown_lines(breakdown)))
-
-
-def best_round(plans: list[RoundPlan], start_metrics: dict, metric: str) -> RoundPlan | None:
-    """The round with the best dev `metric`, or None when none beats the start: a run never publishes a model
-    that its own dev split found no better than the one it began from."""
-    best = max(plans, key=lambda plan: plan.dev_metrics()[metric])
-    return best if best.dev_metrics()[metric] > start_metrics[metric] else None
-
-
-def kept_start_line(plans: list[RoundPlan], start_metrics: dict, metric: str) -> str:
-    """What a run that kept its start says, in one line (the log and the card)."""
-    best = max(plans, key=lambda plan: plan.dev_metrics()[metric])
-    return (
-        f"No round beat the start on the dev split ({metric}: round {best.number} {best.dev_metrics()[metric]:.3f} "
-        f"<= start {start_metrics[metric]:.3f}): kept the start, its weights unchanged. The rounds' models stay in "
-        f"{STATE_DIR}/round-N/model."
-    )
 
 
 def choose_start(family: RetrieverFamily, model, model_args, evaluator, state_dir: Path, training_args):

@@ -118,12 +118,16 @@ def few_shot_label(k: int) -> str:
 class Adaptation:
     """The steps of the benchmark on one collection, in a work folder shared by every collection."""
 
-    def __init__(self, work_dir: Path, name: str, data_dir: Path, split: str, start: Path, budget: AdaptationBudget):
+    def __init__(
+        self, work_dir: Path, name: str, data_dir: Path, split: str, start: Path, budget: AdaptationBudget,
+        sparse_teacher: Path | None = None,
+    ):
         self.work = Path(work_dir)
         self.name = name
         self.data_dir = Path(data_dir)
         self.start = Path(start)
         self.budget = budget
+        self.sparse_teacher = sparse_teacher
         self.corpus_file = str(self.data_dir / "corpus.jsonl")
         check_train_files([self.corpus_file], "text", argument="--data_dir")
         self.test = load_collection(str(self.data_dir), split)
@@ -138,9 +142,17 @@ class Adaptation:
     def attach(self, store: ResultStore) -> None:
         self.store = store
 
+    def skipped_because(self, arm: AdaptationArm) -> str | None:
+        """Why the collection cannot run `arm` (title pseudo-queries need a corpus with titles, a SPLADE teacher needs
+        --sparse_teacher), or None when it can."""
+        if TITLES in arm.pseudo_queries and not self.has_titles:
+            return "its corpus has no titles"
+        if arm.sparse_teacher and self.sparse_teacher is None:
+            return "no --sparse_teacher given"
+        return None
+
     def allows(self, arm: AdaptationArm) -> bool:
-        """Whether the collection can run `arm`: title pseudo-queries need a corpus with titles."""
-        return TITLES not in arm.pseudo_queries or self.has_titles
+        return self.skipped_because(arm) is None
 
     def folder(self, arm: AdaptationArm, seed: int) -> Path:
         return self.work / self.name / arm.key / f"seed-{seed}"
@@ -208,7 +220,8 @@ class Adaptation:
             student = self.model_dir(BY_KEY[arm.student], seed)
         run_script(finetune.main, [
             "--model_name_or_path", student, "--corpus_file", self.corpus_file,
-            "--pseudo_queries", *arm.pseudo_queries, "--teacher", "bm25", self.start, *PSEUDO_LABEL_RECIPE,
+            "--pseudo_queries", *arm.pseudo_queries, "--teacher", "bm25", self.start,
+            *((f"sparse:{self.sparse_teacher}",) if arm.sparse_teacher else ()), *PSEUDO_LABEL_RECIPE,
             "--max_train_queries", budget.steps * budget.batch_size, "--max_steps", budget.steps,
             "--per_device_train_batch_size", budget.batch_size, "--learning_rate", budget.learning_rate,
             "--warmup_steps", budget.warmup_steps, "--max_seq_length", budget.max_seq_length, "--seed", seed,

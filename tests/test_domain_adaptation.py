@@ -199,6 +199,17 @@ def test_the_sparse_teacher_arm_adds_the_given_splade_model_to_bm25_and_the_star
     assert 0 <= result["teacher_prefers_source"] <= 1
 
 
+def test_a_sparse_teacher_that_is_no_splade_model_is_refused_before_any_step(minilm_dir, tmp_path):
+    refused = run_benchmark([
+        "--data_dir", tmp_path / "never-read", "--start", minilm_dir, "--sparse_teacher", minilm_dir,
+        "--budget", "smoke", "--work_dir", tmp_path / "work",
+    ])
+
+    assert refused.returncode == 2
+    assert f"--sparse_teacher {minilm_dir}" in refused.stderr and "cannot score pairs as sparse" in refused.stderr
+    assert not (tmp_path / "work").exists()
+
+
 def test_seed_or_start_then_pseudo_labels_trains_whichever_scores_higher_on_the_pseudo_dev(adaptation_run, minilm_dir):
     arm = adaptation_run.work / "pubmedqa" / "seed-or-start-then-pseudo-labels" / "seed-1" / "adapted"
     run = json.loads((arm / "finetuning" / "run.json").read_text())

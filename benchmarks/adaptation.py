@@ -60,8 +60,8 @@ PRETRAINING_METRICS = ("cls_information", "mlm_loss", "decoder_loss", "anchor_lo
 PSEUDO_DEV_KIND = SENTENCES
 # The teacher of every pseudo-label arm: BM25 and the start itself, frozen (GPL's recipe without a query generator or
 # a cross-encoder, none of which installs offline), each standardised, on the student's own scale (the label-free
-# default); negatives mined by BM25, one per pseudo-query; one round.
-PSEUDO_LABEL_RECIPE = ("--negatives", "bm25", "--negatives_per_query", "1", "--mining_rounds", "1")
+# default); one negative a pseudo-query, mined by the arm's source (BM25 unless it says otherwise); one round.
+PSEUDO_LABEL_RECIPE = ("--negatives_per_query", "1", "--mining_rounds", "1")
 PSEUDO_LABEL_ROUND = Path(STATE_DIR) / "round-1"
 
 
@@ -210,7 +210,7 @@ class Adaptation:
 
     def distil(self, arm: AdaptationArm, seed: int, output: Path) -> dict:
         """Pseudo-label distillation with `training/finetune.py` on the corpus alone: the arm's pseudo-queries, one
-        BM25 negative each, the margins of BM25 and the start (frozen) as targets; as many texts as every arm sees
+        negative each from the arm's source, the margins of BM25 and the start (frozen) as targets; as many texts as every arm sees
         (steps x batch pseudo-queries, one pass). The run keeps its own start when no round beats it on its pseudo-dev;
         continuing another arm's model with the start as a candidate, it trains the better of the two there."""
         budget = self.budget
@@ -221,7 +221,8 @@ class Adaptation:
         run_script(finetune.main, [
             "--model_name_or_path", student, "--corpus_file", self.corpus_file,
             "--pseudo_queries", *arm.pseudo_queries, "--teacher", "bm25", self.start,
-            *((f"sparse:{self.sparse_teacher}",) if arm.sparse_teacher else ()), *PSEUDO_LABEL_RECIPE,
+            *((f"sparse:{self.sparse_teacher}",) if arm.sparse_teacher else ()), "--negatives", arm.negatives,
+            *PSEUDO_LABEL_RECIPE,
             "--max_train_queries", budget.steps * budget.batch_size, "--max_steps", budget.steps,
             "--per_device_train_batch_size", budget.batch_size, "--learning_rate", budget.learning_rate,
             "--warmup_steps", budget.warmup_steps, "--max_seq_length", budget.max_seq_length, "--seed", seed,

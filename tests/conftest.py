@@ -52,8 +52,8 @@ ON_CI = os.environ.get("CI", "").lower() in ("1", "true")
 # that a slow test builds anyway and only one other test reads (all-MiniLM-L6-v2 encoding the SciFact subset, the two
 # warm starts of the decoder-rate tests): every test using one is slow.
 SLOW_FIXTURES = {
-    "main_job", "chain", "table", "warm_table", "adaptation_run", "pseudo_label_run", "candidate_run",
-    "first_evaluation", "warm_runs",
+    "main_job", "chain", "table", "warm_table", "adaptation_run", "pseudo_label_run", "own_negatives_run",
+    "candidate_run", "first_evaluation", "warm_runs",
 }
 # The longest files run first (pytest.ini keeps this order under xdist), so that with `-n 2` one worker starts the
 # chain while the other takes the rest, and no run of minutes is left for the end.

@@ -31,8 +31,9 @@ PRETRAINING_ARMS = (
 )
 # Titles are skipped: the PubMedQA collection's abstracts have none.
 PSEUDO_LABEL_ARMS = (
-    "pseudo-labels-sentences", "pseudo-labels-crops", "pseudo-labels-sentences-sparse-teacher", "seed-then-pseudo-labels",
-    "seed-or-start-then-pseudo-labels", "seed-anchored-10-then-pseudo-labels",
+    "pseudo-labels-sentences", "pseudo-labels-crops", "pseudo-labels-sentences-sparse-teacher",
+    "pseudo-labels-sentences-own-negatives", "seed-then-pseudo-labels", "seed-or-start-then-pseudo-labels",
+    "seed-anchored-10-then-pseudo-labels",
 )
 ADAPTING_ARMS = (*PRETRAINING_ARMS, *PSEUDO_LABEL_ARMS)
 SMOKE_STEPS, SMOKE_BATCH, SMOKE_LENGTH = 2, 4, 32  # the smoke budget's
@@ -197,6 +198,13 @@ def test_the_sparse_teacher_arm_adds_the_given_splade_model_to_bm25_and_the_star
     assert run["recipe"]["teacher"] == ["bm25", str(minilm_dir), f"sparse:{splade_tiny_dir}"]
     assert run["data"]["pseudo_queries"] == ["sentences"]
     assert 0 <= result["teacher_prefers_source"] <= 1
+
+
+def test_the_own_negatives_arm_alone_mines_the_starts_index_and_every_other_arm_bm25(adaptation_run):
+    for arm in PSEUDO_LABEL_ARMS:
+        run = json.loads((adaptation_run.work / "pubmedqa" / arm / "seed-1" / "adapted" / "finetuning" / "run.json").read_text())
+
+        assert run["recipe"]["negatives"] == ("model" if arm == "pseudo-labels-sentences-own-negatives" else "bm25"), arm
 
 
 def test_a_sparse_teacher_that_is_no_splade_model_is_refused_before_any_step(minilm_dir, tmp_path):

@@ -17,7 +17,9 @@ import numpy as np
 import pytest
 from sentence_transformers import SentenceTransformer
 
-from finetune_helpers import TINY_FINETUNE, bm25_scores, finetune, round_dir, round_examples, standardised
+from finetune_helpers import (
+    TINY_FINETUNE, assert_drawn_from_ranks, bm25_scores, finetune, round_dir, round_examples, standardised,
+)
 from training.common.corpus import load_raw_corpus
 from training.finetuning.data import training_set_from_passages
 from training.finetuning.teachers import with_start_teacher
@@ -37,16 +39,25 @@ def start_dir(minilm_dir, tmp_path_factory):
     return folder
 
 
-@pytest.fixture(scope="module")
-def pseudo_label_run(start_dir, scifact_slice, tmp_path_factory):
-    out = tmp_path_factory.mktemp("pseudo-labels") / "st"
+def pseudo_label_distillation(start_dir, scifact_slice, out, negatives: str):
     assert finetune([
         "--model_name_or_path", start_dir, "--corpus_file", scifact_slice / "corpus.jsonl", "--output_dir", out,
-        *TINY_FINETUNE, "--learning_rate", "3e-5", "--pseudo_queries", "sentences", "--negatives", "bm25",
+        *TINY_FINETUNE, "--learning_rate", "3e-5", "--pseudo_queries", "sentences", "--negatives", negatives,
         "--teacher", "bm25", "start", "--max_train_queries", PSEUDO_QUERIES, "--max_steps", "1",
         "--per_device_train_batch_size", PSEUDO_QUERIES, "--batch_sampler", "batch_sampler",
     ]) == 0
     return out
+
+
+@pytest.fixture(scope="module")
+def pseudo_label_run(start_dir, scifact_slice, tmp_path_factory):
+    return pseudo_label_distillation(start_dir, scifact_slice, tmp_path_factory.mktemp("pseudo-labels") / "st", "bm25")
+
+
+@pytest.fixture(scope="module")
+def own_negatives_run(start_dir, scifact_slice, tmp_path_factory):
+    """The same run with its negatives mined from the start's own index (GPL's dense mining)."""
+    return pseudo_label_distillation(start_dir, scifact_slice, tmp_path_factory.mktemp("own-negatives") / "st", "model")
 
 
 def start_cosines(start_dir, training_set, examples, max_seq_length: int) -> np.ndarray:
@@ -90,6 +101,21 @@ def test_the_student_is_taught_the_teachers_margins_not_the_source_passage(pseud
     margin_gap = (student[:, 0] - student[:, 1]) - (targets[:, 0] - targets[:, 1])
     assert len(examples) == PSEUDO_QUERIES  # one step, one batch: every pseudo-query
     assert first_loss == pytest.approx(float(np.mean(margin_gap**2)), rel=0.02, abs=2e-4)
+
+
+def test_with_negatives_model_round_one_mines_the_starts_own_index_not_bm25(
+    own_negatives_run, pseudo_label_run, start_dir, scifact_slice
+):
+    examples = round_examples(own_negatives_run, 1)
+    start = SentenceTransformer(str(start_dir))
+    start.max_seq_length = 64  # the run's, as it encodes for mining
+
+    assert [example[:2] for example in examples] == [example[:2] for example in round_examples(pseudo_label_run, 1)]
+    assert [negatives for *_, negatives in examples] != [negatives for *_, negatives in round_examples(pseudo_label_run, 1)]
+    assert_drawn_from_ranks(start, the_runs_training_set(scifact_slice), examples, low=10, high=50)
+    assert "drawn from ranks 11-50 of the model's own index, re-mined before every round" in (
+        (own_negatives_run / "README.md").read_text()
+    )
 
 
 def test_the_card_names_both_teachers_and_the_scale(pseudo_label_run, start_dir):

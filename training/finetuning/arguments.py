@@ -13,7 +13,9 @@ from .pseudo_queries import CROPS, PSEUDO_QUERY_KINDS, TITLES
 
 OWN_SCALE, SIMILARITY_SCALE = "own", "similarity_scale"
 
-NEGATIVE_SOURCES = ("none", "bm25", "self")
+NEGATIVE_SOURCES = ("none", "bm25", "self", "model")
+# The sources that re-mine from the model being trained before a later round.
+REMINING_SOURCES = ("self", "model")
 # The learning rate for trained checkpoints (all-MiniLM-L6-v2, splade-tiny). A small SEED-Encoder pre-trained for
 # minutes is far from converged: at 2e-5 the default fine-tuning left the seed-tiny chain's dev nDCG@10 where it
 # was (0.226 -> 0.221 after a round), at 5e-4 it rose (see the README's no-argument chain).
@@ -221,8 +223,10 @@ class RecipeArguments:
         default="self",
         metadata={
             "help": "Hard negatives: self (ANCE-style, the default: BM25 in the first round, then re-mined from the "
-            "current model's own index before each later round), bm25 (mined once before training), or none "
-            "(in-batch negatives only; a --train_file's own negatives are used when it has them)."
+            "current model's own index before each later round), model (the current model's own index before every "
+            "round, the first included: GPL's dense mining, for a start that already retrieves well), bm25 (mined "
+            "once before training), or none (in-batch negatives only; a --train_file's own negatives are used when it "
+            "has them)."
         },
     )
     negatives_per_query: int = field(default=1, metadata={"help": "Mined negatives per training pair."})
@@ -236,8 +240,8 @@ class RecipeArguments:
     mining_rounds: int | None = field(
         default=None,
         metadata={
-            "help": "Training rounds; with --negatives self, negatives are re-mined before each later one. Default: 2 "
-            "with --negatives self, else 1."
+            "help": "Training rounds; with --negatives self or model, negatives are re-mined before each later one. "
+            "Default: 2 with --negatives self, else 1."
         },
     )
     teacher: list[str] | None = field(
@@ -285,10 +289,10 @@ class RecipeArguments:
             self.mining_rounds = 2 if self.negatives == "self" else 1
         if self.mining_rounds < 1:
             raise InputError(f"--mining_rounds {self.mining_rounds}: must be at least 1.")
-        if self.mining_rounds > 1 and self.negatives != "self":
+        if self.mining_rounds > 1 and self.negatives not in REMINING_SOURCES:
             raise InputError(
                 f"--mining_rounds {self.mining_rounds} re-mines negatives with the model being trained, which only "
-                "--negatives self does; pass --negatives self, or one round."
+                "--negatives self or model does; pass one of them, or one round."
             )
         if self.negatives_per_query < 1:
             raise InputError(f"--negatives_per_query {self.negatives_per_query}: must be at least 1.")
@@ -305,7 +309,7 @@ class RecipeArguments:
         if self.teacher and self.negatives == "none":
             raise InputError(
                 "--teacher distils the teacher's scores of (query, positive, negatives), which needs hard negatives: "
-                "pass --negatives bm25 or self."
+                "pass --negatives bm25, self or model."
             )
         if self.teacher_label_scale and not self.teacher:
             raise InputError(f"--teacher_label_scale {self.teacher_label_scale} scales a teacher's scores: pass --teacher.")

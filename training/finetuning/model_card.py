@@ -126,7 +126,11 @@ def describe_recipe(recipe, loss) -> dict:
     if recipe.negatives == "none":
         negatives = "in-batch (and a --train_file's own negatives, when it has them)"
     else:
-        source = {"bm25": "BM25", "self": "BM25 in round 1, then the model's own index (ANCE-style)"}[recipe.negatives]
+        source = {
+            "bm25": "BM25",
+            "self": "BM25 in round 1, then the model's own index (ANCE-style)",
+            "model": "the model's own index, re-mined before every round",
+        }[recipe.negatives]
         negatives = (
             f"{recipe.negatives_per_query} per pair, drawn from ranks {recipe.negatives_range_min + 1}-"
             f"{recipe.negatives_range_max} of {source}, judged positives excluded"

@@ -65,10 +65,11 @@ def computed_once(path: Path, compute: Callable):
 
 
 def negative_candidates(round_number: int, source: str, training_set: TrainingSet, recipe, retriever_for_model):
-    """Who ranks the negatives of this round: given ones, BM25, or (ANCE-style, after round 1) the model itself."""
+    """Who ranks the negatives of this round: given ones, BM25, or the model itself (ANCE-style after round 1; from
+    round 1 with `model`, whose start already retrieves well)."""
     if source == "none":
         return training_set.given_negatives or None
-    if source == "self" and round_number > 1:
+    if source == "model" or (source == "self" and round_number > 1):
         retriever = retriever_for_model()
     else:
         retriever = BM25Retriever()

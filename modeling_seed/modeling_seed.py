@@ -417,6 +417,14 @@ class SeedEncoderForMaskedLM(SeedEncoderPreTrainedModel):
         return MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions)
 
 
+def _absent_mlm_head_tie_warning(record) -> bool:
+    """A logging filter: False for transformers' "This checkpoint seem corrupted" about the MLM head's bias, which a
+    Siamese encoder's checkpoint (BertModel, no head) gives on every warm start. The checkpoint is not corrupted, and
+    `from_encoder_checkpoint` says that the head is new, in words a user can act on."""
+    message = record.getMessage()
+    return not (message.startswith("This checkpoint seem corrupted") and "cls.predictions" in message)
+
+
 class SeedEncoderForPreTraining(SeedEncoderPreTrainedModel):
     """Encoder (`bert`) + MLM head (`cls`) + weak decoder (`weak_decoder`), trained with
     loss = mlm_loss_weight * MLM + decoder_loss_weight * reconstruction.
@@ -458,9 +466,14 @@ class SeedEncoderForPreTraining(SeedEncoderPreTrainedModel):
         """`from_pretrained(path, config=config)` that raises a ValueError naming every encoder weight the
         checkpoint does not fill (absent, or of another shape), instead of leaving it at its random
         initialisation; the MLM head and the decoder may start fresh."""
-        model, loading_info = cls.from_pretrained(
-            path, config=config, output_loading_info=True, ignore_mismatched_sizes=True
-        )
+        loading_logger = logging.get_logger("transformers.modeling_utils")
+        loading_logger.addFilter(_absent_mlm_head_tie_warning)
+        try:
+            model, loading_info = cls.from_pretrained(
+                path, config=config, output_loading_info=True, ignore_mismatched_sizes=True
+            )
+        finally:
+            loading_logger.removeFilter(_absent_mlm_head_tie_warning)
         encoder = f"{cls.base_model_prefix}."
         unfilled = [
             f"{name} (not in the checkpoint)" for name in sorted(loading_info["missing_keys"]) if name.startswith(encoder)

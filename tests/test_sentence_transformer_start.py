@@ -36,18 +36,36 @@ def adapted(minilm_dir, scifact_slice, tmp_path_factory):
     return out
 
 
+class Recorded(logging.Handler):
+    """What a logger passes on to its handlers, after its own filters."""
+
+    def __init__(self):
+        super().__init__()
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
 def test_the_encoder_starts_from_every_weight_of_the_sentence_transformer_and_the_new_head_is_reported(
     minilm_dir, caplog
 ):
     config = SeedEncoderConfig.from_bert_config(json.loads((minilm_dir / "config.json").read_text()))
-    with caplog.at_level(logging.WARNING):
-        model = SeedEncoderForPreTraining.from_encoder_checkpoint(str(minilm_dir), config)
+    transformers_loading = Recorded()
+    logging.getLogger("transformers.modeling_utils").addHandler(transformers_loading)  # it does not propagate to caplog
+    try:
+        with caplog.at_level(logging.WARNING):
+            model = SeedEncoderForPreTraining.from_encoder_checkpoint(str(minilm_dir), config)
+    finally:
+        logging.getLogger("transformers.modeling_utils").removeHandler(transformers_loading)
     start = BertModel.from_pretrained(minilm_dir).state_dict()
     encoder = model.bert.state_dict()
 
     assert set(encoder) == {name for name in start if not name.startswith("pooler.")}
     assert all(torch.equal(encoder[name], start[name]) for name in encoder)
     assert f"{minilm_dir} holds no MLM head" in caplog.text
+    # transformers' own words for a checkpoint without a head, which is not corrupted
+    assert not [message for message in transformers_loading.messages if "corrupted" in message]
     assert torch.count_nonzero(model.cls.predictions.bias) == 0
     assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight
 

@@ -60,8 +60,8 @@ PRETRAINING_METRICS = ("cls_information", "mlm_loss", "decoder_loss", "anchor_lo
 PSEUDO_DEV_KIND = SENTENCES
 # The teacher of every pseudo-label arm: BM25 and the start itself, frozen (GPL's recipe without a query generator or
 # a cross-encoder, none of which installs offline), each standardised, on the student's own scale (the label-free
-# default); one negative a pseudo-query, mined by the arm's source (BM25 unless it says otherwise); one round.
-PSEUDO_LABEL_RECIPE = ("--negatives_per_query", "1", "--mining_rounds", "1")
+# default); negatives mined by the arm's source (BM25, one a pseudo-query, unless it says otherwise); one round.
+PSEUDO_LABEL_RECIPE = ("--mining_rounds", "1")
 PSEUDO_LABEL_ROUND = Path(STATE_DIR) / "round-1"
 
 
@@ -209,10 +209,12 @@ class Adaptation:
         ])
 
     def distil(self, arm: AdaptationArm, seed: int, output: Path) -> dict:
-        """Pseudo-label distillation with `training/finetune.py` on the corpus alone: the arm's pseudo-queries, one
-        negative each from the arm's source, the margins of BM25 and the start (frozen) as targets; as many texts as every arm sees
-        (steps x batch pseudo-queries, one pass). The run keeps its own start when no round beats it on its pseudo-dev;
-        continuing another arm's model with the start as a candidate, it trains the better of the two there."""
+        """Pseudo-label distillation with `training/finetune.py` on the corpus alone: the arm's pseudo-queries, its
+        negatives from its source, the margins of BM25 and the start (frozen) as targets; as many texts as
+        every arm sees (steps x batch pseudo-queries, one pass). The run keeps its own start when no round beats it on
+        its pseudo-dev; continuing another arm's model with the start as a candidate, it trains the better of the two
+        there. Checkpoints come at half the steps, as pre-training's (fine-tuning's default, every 50 steps, saved one
+        every 10 seconds on a GPU at the gpu budget)."""
         budget = self.budget
         student = self.start
         if arm.student != START.key:
@@ -222,11 +224,12 @@ class Adaptation:
             "--model_name_or_path", student, "--corpus_file", self.corpus_file,
             "--pseudo_queries", *arm.pseudo_queries, "--teacher", "bm25", self.start,
             *((f"sparse:{self.sparse_teacher}",) if arm.sparse_teacher else ()), "--negatives", arm.negatives,
-            *PSEUDO_LABEL_RECIPE,
+            "--negatives_per_query", arm.negatives_per_query, *PSEUDO_LABEL_RECIPE,
             "--max_train_queries", budget.steps * budget.batch_size, "--max_steps", budget.steps,
             "--per_device_train_batch_size", budget.batch_size, "--learning_rate", budget.learning_rate,
             "--warmup_steps", budget.warmup_steps, "--max_seq_length", budget.max_seq_length, "--seed", seed,
             "--output_dir", output, "--cache_dir", self.cache_dir, "--eval_strategy", "no", "--report_to", "none",
+            "--save_steps", max(1, budget.steps // 2),
             *(("--candidate_starts", self.start) if arm.start_is_candidate else ()),
             *(("--dev_pseudo_queries", *arm.dev_pseudo_queries) if arm.dev_pseudo_queries else ()), *self.precision,
         ])

@@ -2,10 +2,9 @@
 start on the corpus alone. No adaptation; the zero-shot RRF of BM25 and the start; MLM; TSDAE; SEED's weak decoder,
 alone, after its new heads learn on the frozen start, and held near the start; a strong decoder; the weak decoder
 alone, free or held near the start (its decoder at the default rate or a fast one); pseudo-label distillation from
-each kind of pseudo-query (titles also judged on sentences; sentences also with a SPLADE model in the teacher, or with
-negatives mined from the start's own index); and
-SEED (unguarded, guarded by the start, or held near the start) then pseudo-label distillation. How each runs is
-`adaptation.py`'s."""
+each kind of pseudo-query (titles also judged on sentences; sentences also with a SPLADE model in the teacher, with
+negatives mined from the start's own index, or with four negatives a pseudo-query); and SEED (unguarded, guarded by
+the start, or held near the start) then pseudo-label distillation. How each runs is `adaptation.py`'s."""
 
 from dataclasses import dataclass
 
@@ -17,7 +16,8 @@ class AdaptationArm:
     """One way to continue the start on the corpus: pre-training flags for `training/pretrain.py`, TSDAE,
     pseudo-label distillation over `pseudo_queries` (`training/finetune.py`; its own dev split of `dev_pseudo_queries`
     when they differ; with `sparse_teacher`, the benchmark's SPLADE model joins its teacher; its negatives mined by
-    `negatives`, `training/finetune.py`'s source: BM25 or the start's own index) continuing `student` (the
+    `negatives`, `training/finetune.py`'s source: BM25 or the start's own index, `negatives_per_query` of them)
+    continuing `student` (the
     start, or the model another arm adapted; with `start_is_candidate`, the start instead where it scores higher on the
     pseudo-dev: `--candidate_starts`), or none; `fusion`: no model of its own, the RRF of BM25 and the start. With
     `warm_heads`, the pre-training runs in two halves of the steps: first only the new heads train, on the frozen start
@@ -32,6 +32,7 @@ class AdaptationArm:
     dev_pseudo_queries: tuple[str, ...] = ()
     sparse_teacher: bool = False
     negatives: str = "bm25"
+    negatives_per_query: int = 1
     student: str = "start"
     start_is_candidate: bool = False
     fusion: bool = False
@@ -83,6 +84,9 @@ SPARSE_TEACHER_ARM = "pseudo-labels-sentences-sparse-teacher"
 # in 93-99.7% of the pseudo-queries, so its margins told the student little it did not know. A negative the start
 # itself ranks high is where the start errs, and where BM25's half of the teacher can disagree with it.
 OWN_NEGATIVES_ARM = "pseudo-labels-sentences-own-negatives"
+# Four BM25 negatives a pseudo-query in place of one: the teacher's margins over four passages tell the student more of
+# its ranking per pseudo-query (a teacher that prefers the source over one negative in 96% of them may not over four).
+FOUR_NEGATIVES_ARM = "pseudo-labels-sentences-4-negatives"
 START = AdaptationArm("start", "no adaptation (the start as it is)")
 SEED = AdaptationArm("seed", "SEED: MLM + weak decoder (3 layers, span 2) on the pooled vector", WEAK)
 ARMS = (
@@ -134,6 +138,10 @@ ARMS = (
     AdaptationArm(
         OWN_NEGATIVES_ARM, "pseudo-label distillation, sentences as pseudo-queries, negatives from the start's own index",
         pseudo_queries=(SENTENCES,), negatives="model",
+    ),
+    AdaptationArm(
+        FOUR_NEGATIVES_ARM, "pseudo-label distillation, sentences as pseudo-queries, four BM25 negatives each",
+        pseudo_queries=(SENTENCES,), negatives_per_query=4,
     ),
     AdaptationArm(
         "seed-then-pseudo-labels", "SEED, then pseudo-label distillation with sentences", pseudo_queries=(SENTENCES,),

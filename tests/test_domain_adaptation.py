@@ -32,7 +32,7 @@ PRETRAINING_ARMS = (
 # Titles are skipped: the PubMedQA collection's abstracts have none.
 PSEUDO_LABEL_ARMS = (
     "pseudo-labels-sentences", "pseudo-labels-crops", "pseudo-labels-sentences-sparse-teacher",
-    "pseudo-labels-sentences-own-negatives", "seed-then-pseudo-labels", "seed-or-start-then-pseudo-labels",
+    "pseudo-labels-sentences-own-negatives", "pseudo-labels-sentences-4-negatives", "seed-then-pseudo-labels", "seed-or-start-then-pseudo-labels",
     "seed-anchored-10-then-pseudo-labels",
 )
 ADAPTING_ARMS = (*PRETRAINING_ARMS, *PSEUDO_LABEL_ARMS)
@@ -155,6 +155,8 @@ def test_every_arm_sees_the_same_texts_and_keeps_the_starts_pooling(adaptation_r
 
     assert sum(state["global_step"] for state in states) == SMOKE_STEPS
     assert {state["train_batch_size"] for state in states} == {SMOKE_BATCH}
+    if arm != "tsdae":  # which saves no checkpoint: an interrupted TSDAE run is run again
+        assert {state["save_steps"] for state in states} == {SMOKE_STEPS // 2}  # resumable from half-way, no more often
     assert [type(module).__name__ for module in model] == ["Transformer", "Pooling", "Normalize"]
     assert model[1].get_config_dict()["pooling_mode"] == "mean"
     # A continued pre-training keeps the start's length; a pseudo-label run saves its training length, and the
@@ -200,11 +202,18 @@ def test_the_sparse_teacher_arm_adds_the_given_splade_model_to_bm25_and_the_star
     assert 0 <= result["teacher_prefers_source"] <= 1
 
 
-def test_the_own_negatives_arm_alone_mines_the_starts_index_and_every_other_arm_bm25(adaptation_run):
+def test_the_own_negatives_arm_alone_mines_the_starts_index_the_four_negatives_arm_alone_four_every_other_one_bm25(
+    adaptation_run,
+):
     for arm in PSEUDO_LABEL_ARMS:
-        run = json.loads((adaptation_run.work / "pubmedqa" / arm / "seed-1" / "adapted" / "finetuning" / "run.json").read_text())
+        round_one = adaptation_run.work / "pubmedqa" / arm / "seed-1" / "adapted" / "finetuning" / "round-1"
+        recipe = json.loads((round_one.parent / "run.json").read_text())["recipe"]
+        examples = json.loads((round_one / "examples.json").read_text())
 
-        assert run["recipe"]["negatives"] == ("model" if arm == "pseudo-labels-sentences-own-negatives" else "bm25"), arm
+        assert recipe["negatives"] == ("model" if arm == "pseudo-labels-sentences-own-negatives" else "bm25"), arm
+        width = 1 + (4 if arm == "pseudo-labels-sentences-4-negatives" else 1)
+        assert {len(negatives) for *_, negatives in examples["examples"]} == {width - 1}, arm
+        assert {len(scores) for scores in examples["scores"]} == {width}, arm
 
 
 def test_a_sparse_teacher_that_is_no_splade_model_is_refused_before_any_step(minilm_dir, tmp_path):

@@ -3,7 +3,8 @@ start on the corpus alone. No adaptation; the zero-shot RRF of BM25 and the star
 alone, after its new heads learn on the frozen start, and held near the start; a strong decoder; the weak decoder
 alone, free or held near the start (its decoder at the default rate or a fast one); pseudo-label distillation from
 each kind of pseudo-query (titles also judged on sentences; sentences also with a SPLADE model in the teacher, with
-negatives mined from the start's own index, or with four negatives a pseudo-query); and SEED (unguarded, guarded by
+negatives mined from the start's own index, or with four negatives a pseudo-query, as titles judged on sentences
+are too); and SEED (unguarded, guarded by
 the start, or held near the start) then pseudo-label distillation. How each runs is `adaptation.py`'s."""
 
 from dataclasses import dataclass
@@ -87,6 +88,8 @@ OWN_NEGATIVES_ARM = "pseudo-labels-sentences-own-negatives"
 # Four BM25 negatives a pseudo-query in place of one: the teacher's margins over four passages tell the student more of
 # its ranking per pseudo-query (a teacher that prefers the source over one negative in 96% of them may not over four).
 FOUR_NEGATIVES_ARM = "pseudo-labels-sentences-4-negatives"
+# The same four negatives under the recipe the README recommends where a corpus has titles.
+TITLES_FOUR_NEGATIVES_ARM = f"{TITLES_JUDGED_ON_SENTENCES}-4-negatives"
 START = AdaptationArm("start", "no adaptation (the start as it is)")
 SEED = AdaptationArm("seed", "SEED: MLM + weak decoder (3 layers, span 2) on the pooled vector", WEAK)
 ARMS = (
@@ -142,6 +145,11 @@ ARMS = (
     AdaptationArm(
         FOUR_NEGATIVES_ARM, "pseudo-label distillation, sentences as pseudo-queries, four BM25 negatives each",
         pseudo_queries=(SENTENCES,), negatives_per_query=4,
+    ),
+    AdaptationArm(
+        TITLES_FOUR_NEGATIVES_ARM,
+        "pseudo-label distillation, titles as pseudo-queries, four BM25 negatives each, its own dev split of sentences",
+        pseudo_queries=(TITLES,), dev_pseudo_queries=(SENTENCES,), negatives_per_query=4,
     ),
     AdaptationArm(
         "seed-then-pseudo-labels", "SEED, then pseudo-label distillation with sentences", pseudo_queries=(SENTENCES,),

@@ -3,9 +3,9 @@ start on the corpus alone. No adaptation; the zero-shot RRF of BM25 and the star
 alone, after its new heads learn on the frozen start, and held near the start; a strong decoder; the weak decoder
 alone, free or held near the start (its decoder at the default rate or a fast one); pseudo-label distillation from
 each kind of pseudo-query (titles also judged on sentences; sentences also with a SPLADE model in the teacher, with
-negatives mined from the start's own index, or with four negatives a pseudo-query, as titles judged on sentences
-are too); and SEED (unguarded, guarded by
-the start, or held near the start) then pseudo-label distillation. How each runs is `adaptation.py`'s."""
+negatives mined from the start's own index, or with four negatives a pseudo-query, as titles judged on sentences are
+too); and SEED (unguarded, guarded by the start, or held near the start) then pseudo-label distillation. How each runs
+is `adaptation.py`'s."""
 
 from dataclasses import dataclass
 
@@ -16,14 +16,13 @@ from training.finetuning.pseudo_queries import CROPS, SENTENCES, TITLES
 class AdaptationArm:
     """One way to continue the start on the corpus: pre-training flags for `training/pretrain.py`, TSDAE,
     pseudo-label distillation over `pseudo_queries` (`training/finetune.py`; its own dev split of `dev_pseudo_queries`
-    when they differ; with `sparse_teacher`, the benchmark's SPLADE model joins its teacher; its negatives mined by
-    `negatives`, `training/finetune.py`'s source: BM25 or the start's own index, `negatives_per_query` of them)
-    continuing `student` (the
-    start, or the model another arm adapted; with `start_is_candidate`, the start instead where it scores higher on the
-    pseudo-dev: `--candidate_starts`), or none; `fusion`: no model of its own, the RRF of BM25 and the start. With
-    `warm_heads`, the pre-training runs in two halves of the steps: first only the new heads train, on the frozen start
-    (`--freeze_encoder`, at the new decoder's rate), then everything, continuing that run (linear probing, then
-    fine-tuning); with the same seed, the second half draws the first half's batches again."""
+    when they differ; with `sparse_teacher`, the benchmark's SPLADE model joins its teacher; `negatives_per_query`
+    negatives mined by `negatives`, `training/finetune.py`'s source: BM25 or the start's own index) continuing
+    `student` (the start, or the model another arm adapted; with `start_is_candidate`, the start instead where it
+    scores higher on the pseudo-dev: `--candidate_starts`), or none; `fusion`: no model of its own, the RRF of BM25
+    and the start. With `warm_heads`, the pre-training runs in two halves of the steps: first only the new heads
+    train, on the frozen start (`--freeze_encoder`, at the new decoder's rate), then everything, continuing that run
+    (linear probing, then fine-tuning); with the same seed, the second half draws the first half's batches again."""
 
     key: str
     name: str
@@ -80,10 +79,10 @@ TITLES_JUDGED_ON_SENTENCES = "pseudo-labels-titles-judged-on-sentences"
 # #35's default teacher where a SPLADE model is given: BM25, the start and splade-tiny. On PubMedQA the RRF of BM25 and
 # the start is only 0.0005 above the start, so a teacher of those two alone has almost nothing to teach there.
 SPARSE_TEACHER_ARM = "pseudo-labels-sentences-sparse-teacher"
-# Negatives from the start's own index (`--negatives model`), as GPL mines them with trained dense retrievers, where every
-# other pseudo-label arm mines with BM25: a teacher half made of BM25 preferred the source passage over a BM25 negative
-# in 93-99.7% of the pseudo-queries, so its margins told the student little it did not know. A negative the start
-# itself ranks high is where the start errs, and where BM25's half of the teacher can disagree with it.
+# Negatives from the start's own index (`--negatives model`), as GPL mines them with trained dense retrievers, where
+# every other pseudo-label arm mines with BM25: a teacher half made of BM25 preferred the source passage over a BM25
+# negative in 93-99.7% of the pseudo-queries, so its margins told the student little it did not know. A negative the
+# start itself ranks high is where the start errs, and where BM25's half of the teacher can disagree with it.
 OWN_NEGATIVES_ARM = "pseudo-labels-sentences-own-negatives"
 # Four BM25 negatives a pseudo-query in place of one: the teacher's margins over four passages tell the student more of
 # its ranking per pseudo-query (a teacher that prefers the source over one negative in 96% of them may not over four).
@@ -139,7 +138,8 @@ ARMS = (
         pseudo_queries=(SENTENCES,), sparse_teacher=True,
     ),
     AdaptationArm(
-        OWN_NEGATIVES_ARM, "pseudo-label distillation, sentences as pseudo-queries, negatives from the start's own index",
+        OWN_NEGATIVES_ARM,
+        "pseudo-label distillation, sentences as pseudo-queries, negatives from the start's own index",
         pseudo_queries=(SENTENCES,), negatives="model",
     ),
     AdaptationArm(

@@ -96,13 +96,13 @@ def wanted_claims(few_shot: tuple[int, ...]) -> list[tuple[str, str, str, str]]:
     wanted += [
         (f"{SHORT_NAMES[key]} > pseudo-labels (sentences) alone", key, "pseudo-labels-sentences", zero)
         for key in (
-            SPARSE_TEACHER_ARM, OWN_NEGATIVES_ARM, FOUR_NEGATIVES_ARM, "seed-then-pseudo-labels", "seed-or-start-then-pseudo-labels",
-            ANCHORED_THEN_PSEUDO_LABELS,
+            SPARSE_TEACHER_ARM, OWN_NEGATIVES_ARM, FOUR_NEGATIVES_ARM, "seed-then-pseudo-labels",
+            "seed-or-start-then-pseudo-labels", ANCHORED_THEN_PSEUDO_LABELS,
         )
     ]
     wanted.append((
-        f"{SHORT_NAMES[TITLES_FOUR_NEGATIVES_ARM]} > {SHORT_NAMES[TITLES_JUDGED_ON_SENTENCES]}", TITLES_FOUR_NEGATIVES_ARM,
-        TITLES_JUDGED_ON_SENTENCES, zero,
+        f"{SHORT_NAMES[TITLES_FOUR_NEGATIVES_ARM]} > {SHORT_NAMES[TITLES_JUDGED_ON_SENTENCES]}",
+        TITLES_FOUR_NEGATIVES_ARM, TITLES_JUDGED_ON_SENTENCES, zero,
     ))
     wanted.append((
         f"{SHORT_NAMES[ANCHORED_THEN_PSEUDO_LABELS]} > SEED then pseudo-labels", ANCHORED_THEN_PSEUDO_LABELS,

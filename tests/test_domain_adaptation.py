@@ -32,8 +32,8 @@ PRETRAINING_ARMS = (
 # Titles are skipped: the PubMedQA collection's abstracts have none.
 PSEUDO_LABEL_ARMS = (
     "pseudo-labels-sentences", "pseudo-labels-crops", "pseudo-labels-sentences-sparse-teacher",
-    "pseudo-labels-sentences-own-negatives", "pseudo-labels-sentences-4-negatives", "seed-then-pseudo-labels", "seed-or-start-then-pseudo-labels",
-    "seed-anchored-10-then-pseudo-labels",
+    "pseudo-labels-sentences-own-negatives", "pseudo-labels-sentences-4-negatives", "seed-then-pseudo-labels",
+    "seed-or-start-then-pseudo-labels", "seed-anchored-10-then-pseudo-labels",
 )
 ADAPTING_ARMS = (*PRETRAINING_ARMS, *PSEUDO_LABEL_ARMS)
 SMOKE_STEPS, SMOKE_BATCH, SMOKE_LENGTH = 2, 4, 32  # the smoke budget's

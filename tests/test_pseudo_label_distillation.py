@@ -107,11 +107,12 @@ def test_with_negatives_model_round_one_mines_the_starts_own_index_not_bm25(
     own_negatives_run, pseudo_label_run, start_dir, scifact_slice
 ):
     examples = round_examples(own_negatives_run, 1)
+    bm25_mined = round_examples(pseudo_label_run, 1)
     start = SentenceTransformer(str(start_dir))
     start.max_seq_length = 64  # the run's, as it encodes for mining
 
-    assert [example[:2] for example in examples] == [example[:2] for example in round_examples(pseudo_label_run, 1)]
-    assert [negatives for *_, negatives in examples] != [negatives for *_, negatives in round_examples(pseudo_label_run, 1)]
+    assert [example[:2] for example in examples] == [example[:2] for example in bm25_mined]
+    assert [negatives for *_, negatives in examples] != [negatives for *_, negatives in bm25_mined]
     assert_drawn_from_ranks(start, the_runs_training_set(scifact_slice), examples, low=10, high=50)
     assert "drawn from ranks 11-50 of the model's own index, re-mined before every round" in (
         (own_negatives_run / "README.md").read_text()

@@ -111,6 +111,12 @@ BUDGETS = {
 }
 
 
+def checkpoint_every(steps: int) -> int:
+    """`--save_steps` of every arm's run of `steps` steps: a checkpoint half-way, so an interrupted run resumes, and no
+    more (fine-tuning's default, every 50 steps, saved one every 10 seconds on a GPU at the gpu budget)."""
+    return max(1, steps // 2)
+
+
 def few_shot_label(k: int) -> str:
     return f"k={k}"
 
@@ -205,7 +211,7 @@ class Adaptation:
             "--learning_rate", budget.learning_rate, "--warmup_steps", budget.warmup_steps,
             "--max_seq_length", budget.max_seq_length, "--validation_split_percentage", budget.validation_percentage,
             "--eval_strategy", "steps", "--eval_steps", max(1, steps // budget.pretraining_evaluations),
-            "--save_steps", max(1, steps // 2), "--report_to", "none", *self.precision, *flags,
+            "--save_steps", checkpoint_every(steps), "--report_to", "none", *self.precision, *flags,
         ])
 
     def distil(self, arm: AdaptationArm, seed: int, output: Path) -> dict:
@@ -213,8 +219,7 @@ class Adaptation:
         negatives from its source, the margins of BM25 and the start (frozen) as targets; as many texts as
         every arm sees (steps x batch pseudo-queries, one pass). The run keeps its own start when no round beats it on
         its pseudo-dev; continuing another arm's model with the start as a candidate, it trains the better of the two
-        there. Checkpoints come at half the steps, as pre-training's (fine-tuning's default, every 50 steps, saved one
-        every 10 seconds on a GPU at the gpu budget)."""
+        there."""
         budget = self.budget
         student = self.start
         if arm.student != START.key:
@@ -229,7 +234,7 @@ class Adaptation:
             "--per_device_train_batch_size", budget.batch_size, "--learning_rate", budget.learning_rate,
             "--warmup_steps", budget.warmup_steps, "--max_seq_length", budget.max_seq_length, "--seed", seed,
             "--output_dir", output, "--cache_dir", self.cache_dir, "--eval_strategy", "no", "--report_to", "none",
-            "--save_steps", max(1, budget.steps // 2),
+            "--save_steps", checkpoint_every(budget.steps),
             *(("--candidate_starts", self.start) if arm.start_is_candidate else ()),
             *(("--dev_pseudo_queries", *arm.dev_pseudo_queries) if arm.dev_pseudo_queries else ()), *self.precision,
         ])

@@ -69,9 +69,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--split", default="test", help="The qrels split every model is evaluated on.")
     parser.add_argument(
         "--sparse_teacher",
-        help="A SPLADE model (a checkpoint with a masked-LM head, e.g. ../shared/models/splade-tiny, or a SparseEncoder "
-        f"folder) that joins BM25 and the start as a third teacher in the arm {SPARSE_TEACHER_ARM}; without it that "
-        "arm is skipped. The work folder keeps that arm's results: give another model a new --work_dir.",
+        help="A SPLADE model (a checkpoint with a masked-LM head, e.g. ../shared/models/splade-tiny, or a "
+        f"SparseEncoder folder) that joins BM25 and the start as a third teacher in the arm {SPARSE_TEACHER_ARM}; "
+        "without it that arm is skipped. The work folder keeps that arm's results: give another model a new "
+        "--work_dir.",
     )
     parser.add_argument(
         "--budget", choices=list(BUDGETS), default="cpu",

@@ -192,7 +192,9 @@ def test_seed_then_pseudo_labels_continues_seeds_model_taught_by_bm25_and_the_st
     assert run["data"]["pseudo_queries"] == ["sentences"]
 
 
-def test_the_sparse_teacher_arm_adds_the_given_splade_model_to_bm25_and_the_start(adaptation_run, minilm_dir, splade_tiny_dir):
+def test_the_sparse_teacher_arm_adds_the_given_splade_model_to_bm25_and_the_start(
+    adaptation_run, minilm_dir, splade_tiny_dir
+):
     folder = adaptation_run.work / "pubmedqa" / "pseudo-labels-sentences-sparse-teacher" / "seed-1" / "adapted"
     run = json.loads((folder / "finetuning" / "run.json").read_text())
     result = adaptation_run.results_after_first["pubmedqa/pseudo-labels-sentences-sparse-teacher/seed-1/adaptation"]

@@ -6,8 +6,8 @@ from ablation_report import verdict
 from adaptation import ADAPTATION, PSEUDO_DEV, ZERO_SHOT, few_shot_label
 from adaptation_arms import (
     ANCHOR_WEIGHTS, ANCHORED_THEN_PSEUDO_LABELS, BY_KEY, DECODER_ANCHORED, DECODER_ANCHORED_FAST, FAST_DECODER_RATE,
-    FOUR_NEGATIVES_ARM, OWN_NEGATIVES_ARM, SPARSE_TEACHER_ARM, TITLES_FOUR_NEGATIVES_ARM, TITLES_JUDGED_ON_SENTENCES,
-    anchored_key,
+    FOUR_NEGATIVES_ARM, LEADS_FOUR_NEGATIVES_ARM, OWN_NEGATIVES_ARM, SPARSE_TEACHER_ARM, TITLES_FOUR_NEGATIVES_ARM,
+    TITLES_JUDGED_ON_SENTENCES, anchored_key,
 )
 from harness import markdown_table, mean_and_std, mean_std
 from proxy_agreement import NEVER_LOSES_MARGIN, PUBLISHED, never_loses, proxy_agreement
@@ -21,6 +21,7 @@ SHORT_NAMES = {
     OWN_NEGATIVES_ARM: "pseudo-labels (sentences, the start's own negatives)",
     FOUR_NEGATIVES_ARM: "pseudo-labels (sentences, four negatives)",
     TITLES_FOUR_NEGATIVES_ARM: "pseudo-labels (titles, four negatives, judged on sentences)",
+    LEADS_FOUR_NEGATIVES_ARM: "pseudo-labels (first sentences, four negatives, judged on sentences)",
     "seed-then-pseudo-labels": "SEED then pseudo-labels",
     "seed-or-start-then-pseudo-labels": "SEED or the start, then pseudo-labels",
     "seed-warm-heads": "SEED after warm heads",
@@ -89,7 +90,7 @@ def wanted_claims(few_shot: tuple[int, ...]) -> list[tuple[str, str, str, str]]:
         for key in ("rrf", "mlm", "tsdae", "seed-warm-heads", *map(anchored_key, ANCHOR_WEIGHTS),
                     "strong-decoder", "decoder-only", DECODER_ANCHORED, DECODER_ANCHORED_FAST, "pseudo-labels-sentences",
                     "pseudo-labels-titles", TITLES_JUDGED_ON_SENTENCES, SPARSE_TEACHER_ARM, OWN_NEGATIVES_ARM,
-                    FOUR_NEGATIVES_ARM, TITLES_FOUR_NEGATIVES_ARM, "pseudo-labels-crops",
+                    FOUR_NEGATIVES_ARM, TITLES_FOUR_NEGATIVES_ARM, LEADS_FOUR_NEGATIVES_ARM, "pseudo-labels-crops",
                     "seed-then-pseudo-labels",
                     "seed-or-start-then-pseudo-labels", ANCHORED_THEN_PSEUDO_LABELS)
     ]
@@ -103,6 +104,10 @@ def wanted_claims(few_shot: tuple[int, ...]) -> list[tuple[str, str, str, str]]:
     wanted.append((
         f"{SHORT_NAMES[TITLES_FOUR_NEGATIVES_ARM]} > {SHORT_NAMES[TITLES_JUDGED_ON_SENTENCES]}",
         TITLES_FOUR_NEGATIVES_ARM, TITLES_JUDGED_ON_SENTENCES, zero,
+    ))
+    wanted.append((
+        f"{SHORT_NAMES[LEADS_FOUR_NEGATIVES_ARM]} > {SHORT_NAMES[FOUR_NEGATIVES_ARM]}",
+        LEADS_FOUR_NEGATIVES_ARM, FOUR_NEGATIVES_ARM, zero,
     ))
     wanted.append((
         f"{SHORT_NAMES[ANCHORED_THEN_PSEUDO_LABELS]} > SEED then pseudo-labels", ANCHORED_THEN_PSEUDO_LABELS,

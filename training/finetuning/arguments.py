@@ -135,7 +135,9 @@ class FinetuningDataArguments:
             "help": "With --corpus_file or the bundled corpus: the kinds of pseudo-query each passage may make, one a "
             "passage, drawn among those it allows when several are given. crops: two independent random crops "
             "(Contriever); sentences: one sentence as the query, cut from the passage it must find 90%% of the time "
-            "(Inverse Cloze Task); titles: a JSON-lines record's --title_column as the query of its text.",
+            "(Inverse Cloze Task); titles: a JSON-lines record's --title_column as the query of its text; leads: a "
+            "passage's first sentence, cut as a sentence is (where a corpus has no titles, the sentence most often "
+            "saying what the passage is about).",
             "choices": list(PSEUDO_QUERY_KINDS),
         },
     )

@@ -198,8 +198,9 @@ def training_set_from_passages(
     if len(queries) < 10:
         raise InputError(
             f"{description}: only {len(queries)} passages make a pseudo-query of the kinds asked for "
-            f"({', '.join(kinds)}: crops need {2 * MIN_CROP_WORDS} words or more, sentences two sentences, titles a "
-            "title); unsupervised pairs need at least 10. Pass a larger --corpus_file, or other --pseudo_queries."
+            f"({', '.join(kinds)}: crops need {2 * MIN_CROP_WORDS} words or more, sentences and leads two sentences, "
+            "titles a title); unsupervised pairs need at least 10. Pass a larger --corpus_file, or other "
+            "--pseudo_queries."
         )
     whole = Collection(name="train", corpus=corpus, queries=queries, qrels=qrels)
     counts = ", ".join(f"{count} {kind}" for kind, count in made.items())

@@ -5,7 +5,9 @@ Three kinds, each a (query, the document it must find) pair drawn from one passa
 - `sentences`: one sentence of the passage as the query, removed from the document it must find 90% of the time
   (the Inverse Cloze Task, Lee et al. 2019: the model cannot learn to match only the words they share, and still
   sees the sentence in context the other 10%);
-- `titles`: a corpus record's title as the query of its text.
+- `titles`: a corpus record's title as the query of its text;
+- `leads`: a passage's first sentence, cut from it as a `sentences` query is: where a corpus has no titles, the
+  sentence that most often says what the passage is about (an abstract's background or aim, a news story's lead).
 Mixed kinds give each passage one pair, its kind drawn among those the passage allows, so that no two documents of
 the training corpus come from one passage (they would be each other's false negatives when mining).
 """
@@ -14,8 +16,8 @@ import random
 import re
 from dataclasses import dataclass
 
-CROPS, SENTENCES, TITLES = "crops", "sentences", "titles"
-PSEUDO_QUERY_KINDS = (CROPS, SENTENCES, TITLES)
+CROPS, SENTENCES, TITLES, LEADS = "crops", "sentences", "titles", "leads"
+PSEUDO_QUERY_KINDS = (CROPS, SENTENCES, TITLES, LEADS)
 # Contriever's crops: each a contiguous span of 10-50% of the passage, here at least a few words.
 CROP_RATIO = (0.1, 0.5)
 MIN_CROP_WORDS = 4
@@ -29,7 +31,7 @@ class PseudoPair:
     kind: str
     query: str
     document: str
-    removed: bool = False  # sentences only: whether the query sentence was cut from its document
+    removed: bool = False  # sentences and leads: whether the query sentence was cut from its document
 
 
 def random_crop(words: list[str], rng: random.Random) -> str:
@@ -50,6 +52,8 @@ def kinds_for(passage: str, title: str | None, kinds: tuple[str, ...]) -> list[s
         possible.append(CROPS)
     if SENTENCES in kinds and len(split_sentences(passage)) >= 2:
         possible.append(SENTENCES)
+    if LEADS in kinds and len(split_sentences(passage)) >= 2:
+        possible.append(LEADS)
     if TITLES in kinds and title and title.strip() and passage.strip():
         possible.append(TITLES)
     return possible
@@ -60,12 +64,14 @@ def crop_pair(passage: str, rng: random.Random) -> PseudoPair:
     return PseudoPair(CROPS, random_crop(words, rng), random_crop(words, rng))
 
 
-def sentence_pair(passage: str, rng: random.Random) -> PseudoPair:
+def sentence_pair(passage: str, rng: random.Random, lead: bool = False) -> PseudoPair:
+    """A sentence of `passage` (its first with `lead`, else one drawn) as the query, cut from the document it must
+    find with probability ICT_REMOVAL_RATE."""
     sentences = split_sentences(passage)
-    chosen = rng.randrange(len(sentences))
+    chosen = 0 if lead else rng.randrange(len(sentences))
     removed = rng.random() < ICT_REMOVAL_RATE
     document = " ".join(sentence for index, sentence in enumerate(sentences) if index != chosen) if removed else passage
-    return PseudoPair(SENTENCES, sentences[chosen], document, removed)
+    return PseudoPair(LEADS if lead else SENTENCES, sentences[chosen], document, removed)
 
 
 def pseudo_pair(passage: str, title: str | None, kinds: tuple[str, ...], rng: random.Random) -> PseudoPair | None:
@@ -77,8 +83,8 @@ def pseudo_pair(passage: str, title: str | None, kinds: tuple[str, ...], rng: ra
     kind = possible[rng.randrange(len(possible))] if len(possible) > 1 else possible[0]
     if kind == CROPS:
         return crop_pair(passage, rng)
-    if kind == SENTENCES:
-        return sentence_pair(passage, rng)
+    if kind in (SENTENCES, LEADS):
+        return sentence_pair(passage, rng, lead=kind == LEADS)
     return PseudoPair(TITLES, title.strip(), passage)
 
 
@@ -90,5 +96,7 @@ def describe_kinds(kinds: tuple[str, ...]) -> str:
         SENTENCES: f"one sentence of a passage as the query, cut from the passage it must find "
         f"{ICT_REMOVAL_RATE:.0%} of the time (Inverse Cloze Task)",
         TITLES: "a record's title as the query of its text",
+        LEADS: f"a passage's first sentence as the query, cut from the passage it must find {ICT_REMOVAL_RATE:.0%} "
+        "of the time",
     }
     return "; ".join(words[kind] for kind in kinds)

@@ -24,6 +24,7 @@ from pubmedqa_collection import build_pubmedqa_collection  # noqa: E402
 from tsdae import delete_words  # noqa: E402
 
 from training.common.errors import InputError  # noqa: E402
+from training.finetuning.pseudo_queries import split_sentences  # noqa: E402
 
 PRETRAINING_ARMS = (
     "mlm", "tsdae", "seed", "seed-warm-heads", "seed-anchored-10", "seed-anchored-100", "strong-decoder", "decoder-only",
@@ -32,7 +33,8 @@ PRETRAINING_ARMS = (
 # Titles are skipped: the PubMedQA collection's abstracts have none.
 PSEUDO_LABEL_ARMS = (
     "pseudo-labels-sentences", "pseudo-labels-crops", "pseudo-labels-sentences-sparse-teacher",
-    "pseudo-labels-sentences-own-negatives", "pseudo-labels-sentences-4-negatives", "seed-then-pseudo-labels",
+    "pseudo-labels-sentences-own-negatives", "pseudo-labels-sentences-4-negatives", "pseudo-labels-leads-4-negatives",
+    "seed-then-pseudo-labels",
     "seed-or-start-then-pseudo-labels", "seed-anchored-10-then-pseudo-labels",
 )
 ADAPTING_ARMS = (*PRETRAINING_ARMS, *PSEUDO_LABEL_ARMS)
@@ -204,7 +206,7 @@ def test_the_sparse_teacher_arm_adds_the_given_splade_model_to_bm25_and_the_star
     assert 0 <= result["teacher_prefers_source"] <= 1
 
 
-def test_the_own_negatives_arm_alone_mines_the_starts_index_the_four_negatives_arm_alone_four_every_other_one_bm25(
+def test_the_own_negatives_arm_alone_mines_the_starts_index_the_four_negatives_arms_alone_four_every_other_one_bm25(
     adaptation_run,
 ):
     for arm in PSEUDO_LABEL_ARMS:
@@ -213,9 +215,21 @@ def test_the_own_negatives_arm_alone_mines_the_starts_index_the_four_negatives_a
         examples = json.loads((round_one / "examples.json").read_text())
 
         assert recipe["negatives"] == ("model" if arm == "pseudo-labels-sentences-own-negatives" else "bm25"), arm
-        width = 1 + (4 if arm == "pseudo-labels-sentences-4-negatives" else 1)
+        width = 1 + (4 if arm.endswith("-4-negatives") else 1)
         assert {len(negatives) for *_, negatives in examples["examples"]} == {width - 1}, arm
         assert {len(scores) for scores in examples["scores"]} == {width}, arm
+
+
+def test_the_leads_arm_trains_on_each_passages_first_sentence_and_judges_its_rounds_on_sentences(adaptation_run):
+    run = json.loads((adaptation_run.work / "pubmedqa" / "pseudo-labels-leads-4-negatives" / "seed-1" / "adapted"
+                      / "finetuning" / "run.json").read_text())
+    examples = json.loads((adaptation_run.work / "pubmedqa" / "pseudo-labels-leads-4-negatives" / "seed-1" / "adapted"
+                           / "finetuning" / "round-1" / "examples.json").read_text())["examples"]
+    corpus = adaptation_run.work / "collections" / "pubmedqa" / "corpus.jsonl"
+    leads = {split_sentences(json.loads(line)["text"])[0] for line in corpus.read_text().splitlines()}
+
+    assert run["data"]["pseudo_queries"] == ["leads"] and run["data"]["dev_pseudo_queries"] == ["sentences"]
+    assert examples and all(query in leads for query, *_ in examples)
 
 
 def test_a_sparse_teacher_that_is_no_splade_model_is_refused_before_any_step(minilm_dir, tmp_path):

@@ -1,7 +1,8 @@
-"""Pseudo-queries from a corpus alone (`--pseudo_queries`): crops, sentences (the Inverse Cloze Task) and titles.
+"""Pseudo-queries from a corpus alone (`--pseudo_queries`): crops, sentences (the Inverse Cloze Task), titles and
+leads.
 
 On SciFact's real abstracts and titles: a sentence query is cut from the passage it must find in about 90% of the
-pairs and is then nowhere in it; the draw is the seed's; a title is its record's; mixed kinds give each passage one
+pairs and is then nowhere in it; a lead is the passage's first sentence, cut as a sentence is; the draw is the seed's; a title is its record's; mixed kinds give each passage one
 pair; and a run trains on them end to end and says on its card what it trained on.
 """
 
@@ -13,7 +14,9 @@ import pytest
 
 from finetune_helpers import TINY_FINETUNE, finetune, round_examples
 from training.finetuning.data import titled_passages, training_set_from_passages
-from training.finetuning.pseudo_queries import ICT_REMOVAL_RATE, SENTENCES, TITLES, sentence_pair, split_sentences
+from training.finetuning.pseudo_queries import (
+    ICT_REMOVAL_RATE, LEADS, SENTENCES, TITLES, pseudo_pair, sentence_pair, split_sentences,
+)
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +38,19 @@ def test_a_sentence_query_is_cut_from_its_passage_nine_times_in_ten_and_is_then_
     assert all(len(pair.document.split()) + len(pair.query.split()) == len(source.split())
                for pair, source in zip(pairs, [r["text"] for r in abstracts if len(split_sentences(r["text"])) >= 2])
                if pair.removed)
+
+
+def test_a_lead_is_its_passages_first_sentence_cut_from_it_nine_times_in_ten(abstracts):
+    rng = random.Random(0)
+    passages = [record["text"] for record in abstracts if len(split_sentences(record["text"])) >= 2]
+    pairs = [pseudo_pair(passage, None, (LEADS,), rng) for passage in passages]
+    removed = [(pair, passage) for pair, passage in zip(pairs, passages) if pair.removed]
+
+    assert {pair.kind for pair in pairs} == {LEADS}
+    assert all(pair.query == split_sentences(passage)[0] for pair, passage in zip(pairs, passages))
+    assert abs(len(removed) / len(pairs) - ICT_REMOVAL_RATE) < 0.03
+    assert all(pair.document == " ".join(split_sentences(passage)[1:]) for pair, passage in removed)
+    assert all(pair.document == passage for pair, passage in zip(pairs, passages) if not pair.removed)
 
 
 def test_the_same_seed_draws_the_same_pseudo_queries_and_another_seed_others(abstracts):

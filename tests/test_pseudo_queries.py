@@ -1,9 +1,10 @@
 """Pseudo-queries from a corpus alone (`--pseudo_queries`): crops, sentences (the Inverse Cloze Task), titles and
 leads.
 
-On SciFact's real abstracts and titles: a sentence query is cut from the passage it must find in about 90% of the
-pairs and is then nowhere in it; a lead is the passage's first sentence, cut as a sentence is; the draw is the seed's; a title is its record's; mixed kinds give each passage one
-pair; and a run trains on them end to end and says on its card what it trained on.
+On SciFact's real abstracts and titles: a sentence query is cut from the passage it must find in about 90% of the pairs
+and is then nowhere in it; a lead is the passage's first sentence, cut as a sentence is; the draw is the seed's; a title
+is its record's; mixed kinds give each passage one pair; and a run trains on them end to end and says on its card what
+it trained on.
 """
 
 import json

@@ -1,6 +1,6 @@
 """Pseudo-queries: training pairs made from a corpus alone, without a query or a judgment.
 
-Three kinds, each a (query, the document it must find) pair drawn from one passage:
+Four kinds, each a (query, the document it must find) pair drawn from one passage:
 - `crops`: two independent random crops of the passage (Contriever); fine-tuning draws new ones every epoch;
 - `sentences`: one sentence of the passage as the query, removed from the document it must find 90% of the time
   (the Inverse Cloze Task, Lee et al. 2019: the model cannot learn to match only the words they share, and still

@@ -50,10 +50,9 @@ def kinds_for(passage: str, title: str | None, kinds: tuple[str, ...]) -> list[s
     possible = []
     if CROPS in kinds and len(passage.split()) >= 2 * MIN_CROP_WORDS:
         possible.append(CROPS)
-    if SENTENCES in kinds and len(split_sentences(passage)) >= 2:
-        possible.append(SENTENCES)
-    if LEADS in kinds and len(split_sentences(passage)) >= 2:
-        possible.append(LEADS)
+    sentence_kinds = [kind for kind in (SENTENCES, LEADS) if kind in kinds]  # both need two sentences
+    if sentence_kinds and len(split_sentences(passage)) >= 2:
+        possible.extend(sentence_kinds)
     if TITLES in kinds and title and title.strip() and passage.strip():
         possible.append(TITLES)
     return possible

@@ -45,7 +45,7 @@ from training.finetuning.arguments import FinetuningDataArguments
 from training.finetuning.data import titled_passages
 from training.finetuning.pipeline import RUN_FILE, START_METRICS_FILE, STATE_DIR, load_training_set
 from training.finetuning.pseudo_queries import SENTENCES, TITLES
-from training.finetuning.rounds import EXAMPLES_FILE, MODEL_DIR, RoundPlan
+from training.finetuning.rounds import EXAMPLES_FILE, MODEL_DIR, RoundPlan, per_query_file
 from training.finetuning.starts import CANDIDATE_STARTS_FILE, best_round, best_start
 from training.pretraining.arguments import WARM_START_DECODER_LR_FACTOR
 from tsdae import train_tsdae
@@ -233,6 +233,7 @@ class Adaptation:
             "--max_train_queries", budget.steps * budget.batch_size, "--max_steps", budget.steps,
             "--per_device_train_batch_size", budget.batch_size, "--learning_rate", budget.learning_rate,
             "--warmup_steps", budget.warmup_steps, "--max_seq_length", budget.max_seq_length, "--seed", seed,
+            "--published_max_seq_length", self.start_length,  # as the start is served, whatever the student's folder says
             "--output_dir", output, "--cache_dir", self.cache_dir, "--eval_strategy", "no", "--report_to", "none",
             "--save_steps", checkpoint_every(budget.steps),
             *(("--candidate_starts", self.start) if arm.start_is_candidate else ()),
@@ -262,10 +263,11 @@ class Adaptation:
         return self.store.get_or_run(key, lambda: self.evaluate(self.retriever(arm, seed, key), self.test))
 
     def pseudo_dev(self, arm: AdaptationArm, seed: int) -> dict:
-        """The trained model scored on the seed's pseudo-dev, at the training length."""
+        """The trained model scored on the seed's pseudo-dev, at the length fine-tuning judges and publishes it at:
+        the start's own (all-MiniLM-L6-v2's 256 tokens), not the training length."""
         key = self.key(arm, seed, PSEUDO_DEV)
         return self.store.get_or_run(key, lambda: self.evaluate(
-            self.retriever(arm, seed, key, max_seq_length=self.budget.max_seq_length), self.pseudo_dev_collection(seed),
+            self.retriever(arm, seed, key, max_seq_length=self.start_length), self.pseudo_dev_collection(seed),
         ))
 
     def pseudo_dev_collection(self, seed: int) -> Collection:
@@ -328,6 +330,7 @@ def distillation_metrics(output_dir: Path) -> dict:
     pseudo-query's own passage), its training loss, and, where it had candidate starts, whether it trained the one it
     was given (another arm's model) rather than the start."""
     start = json.loads((output_dir / STATE_DIR / START_METRICS_FILE).read_text())
+    start_per_query = json.loads(per_query_file(output_dir / STATE_DIR / START_METRICS_FILE).read_text())
     trained = RoundPlan(1, output_dir / PSEUDO_LABEL_ROUND)
     metric = next(name for name in start if name.endswith("ndcg@10"))
     losses = [entry["loss"] for entry in trained.log_history() if "loss" in entry]
@@ -341,7 +344,7 @@ def distillation_metrics(output_dir: Path) -> dict:
     return {
         **candidates,
         "own_pseudo_dev_start": start[metric], "own_pseudo_dev_round": trained.dev_metrics()[metric],
-        "kept_start": best_round([trained], start, metric) is None,  # the run's own rule
+        "kept_start": best_round([trained], start_per_query, metric) is None,  # the run's own rule
         "teacher_prefers_source": float(np.mean(scores[:, 0] > scores[:, 1:].max(axis=1))),
         "first_loss": losses[0] if losses else None, "train_loss": losses[-1] if losses else None,
     }

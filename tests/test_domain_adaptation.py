@@ -173,7 +173,7 @@ def test_the_pseudo_dev_is_the_held_out_split_of_the_sentences_run(adaptation_ru
     # Same queries, same corpus, same models at the same length: the benchmark's pseudo-dev scores are the run's own.
     assert run["own_pseudo_dev_start"] == pytest.approx(steps["pubmedqa/start/seed-1/pseudo-dev"]["ndcg@10"])
     assert run["own_pseudo_dev_round"] == pytest.approx(steps["pubmedqa/pseudo-labels-sentences/seed-1/pseudo-dev"]["ndcg@10"])
-    assert run["kept_start"] == (run["own_pseudo_dev_round"] <= run["own_pseudo_dev_start"])
+    assert run["kept_start"] or run["own_pseudo_dev_round"] > run["own_pseudo_dev_start"]  # never a round no better
     examples = adaptation_run.work / "pubmedqa" / "pseudo-labels-sentences" / "seed-1" / "adapted" / "finetuning" / "round-1"
     scores = json.loads((examples / "examples.json").read_text())["scores"]
     assert run["teacher_prefers_source"] == pytest.approx(sum(positive > negative for positive, negative in scores) / len(scores))

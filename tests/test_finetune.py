@@ -91,20 +91,32 @@ def test_published_model_encodes_the_same_vectors_where_seed_encoder_is_not_inst
     assert torch.allclose(torch.tensor(elsewhere["vectors"]), here, atol=1e-6, rtol=0)
 
 
-def test_final_model_is_the_best_round_on_dev_and_its_card_tells_the_recipe(self_mined):
+def published_round(self_mined) -> int | None:
+    """The round the run published, by its own card (None: it kept the start)."""
+    card = (self_mined / "README.md").read_text()
+    found = re.search(r"The final model is round (\d+)\.", card)
+    return int(found.group(1)) if found else None
+
+
+def test_final_model_is_the_best_round_on_dev_where_it_beat_the_start_and_its_card_tells_the_recipe(self_mined, tiny_seed_dir):
+    """The 9 dev queries of the slice rarely show a tiny SEED model's gain beyond their noise (here it gained on one
+    query: +0.007 [+0.000, +0.022], kept); whichever the guard decided, the weights and the card are its choice."""
     dev_ndcg = {
         number: json.loads((round_dir(self_mined, number) / "dev_metrics.json").read_text())["dev_ndcg@10"]
         for number in (1, 2)
     }
-    # The earliest of equally good rounds: on some CPUs the two rounds tie on the 9 dev queries (0.444 each, seen on
-    # an AMD EPYC without AVX-512), on others round 2 wins; either way the published weights must be that round's.
-    best = max(dev_ndcg, key=dev_ndcg.get)
     start = json.loads((self_mined / "finetuning" / "start_dev_metrics.json").read_text())["dev_ndcg@10"]
     card = (self_mined / "README.md").read_text()
+    chosen = published_round(self_mined)
 
-    assert dev_ndcg[best] > start  # else the start is published (test_finetune_keeps_start.py)
-    assert max_abs_difference(weights(self_mined), weights(round_dir(self_mined, best) / "model")) == 0.0
-    assert f"The final model is round {best}" in card
+    if chosen is None:
+        assert "The final model is the starting checkpoint. No round beat the start" in card
+        published = load_sentence_transformer(str(self_mined))
+        start = load_sentence_transformer(str(tiny_seed_dir), max_seq_length=published.max_seq_length)
+        assert torch.equal(published.encode(PROBE_TEXTS, convert_to_tensor=True), start.encode(PROBE_TEXTS, convert_to_tensor=True))
+    else:
+        assert dev_ndcg[chosen] == max(dev_ndcg.values()) and dev_ndcg[chosen] > start
+        assert max_abs_difference(weights(self_mined), weights(round_dir(self_mined, chosen) / "model")) == 0.0
     assert "ANCE-style" in card and "MultipleNegativesRankingLoss" in card
     assert "decoder of attention span 2" in card  # the SEED starting checkpoint's decoder
     assert (self_mined / "training_curves.png").stat().st_size > 0
@@ -124,7 +136,8 @@ def test_card_names_base_model_language_licence_and_data_and_shows_dev_queries_w
     assert f"**Starting checkpoint**: `{tiny_seed_dir}`" in card.text  # would refuse a path in the metadata
     assert card.data.language == ["en"]
     assert card.data.license == "apache-2.0"  # the SEED pretraining folder's card's, no --license given
-    assert f"- {scifact_slice.name}\n" in card.text  # the training dataset, by the collection's folder name
+    if published_round(self_mined) is not None:  # a kept start's weights never saw the training data
+        assert f"- {scifact_slice.name}\n" in card.text  # the training dataset, by the collection's folder name
     assert "Unknown" not in re.sub(r"<!--.*?-->", "", card.text, flags=re.DOTALL)  # none visible on the Hub
     assert len(card.data.widget) == 3
     for example in card.data.widget:

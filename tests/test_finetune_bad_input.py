@@ -130,3 +130,21 @@ def test_a_list_flag_given_twice_is_refused_rather_than_keeping_only_its_last_va
     ])
 
     assert "--teacher is given 2 times" in error and "--teacher A B" in error
+
+
+@pytest.mark.parametrize("kind", ["sentences", "leads"])
+def test_an_unpunctuated_corpus_asked_for_sentences_is_told_why_and_to_use_crops(capsys, out, tiny_seed_dir, tmp_path, kind):
+    """Lower-cased text without punctuation (as some corpora are distributed) has no sentence to cut: a larger file
+    of the same text would not help, crops would."""
+    corpus = tmp_path / "unpunctuated.jsonl"
+    words = "dietary fibre intake lowers the risk of colon cancer in adults followed over ten years"
+    corpus.write_text("".join(json.dumps({"_id": str(index), "text": f"{words} study {index} {words}"}) + "\n" for index in range(40)))
+
+    argv = ["--model_name_or_path", tiny_seed_dir, "--corpus_file", corpus, "--pseudo_queries", kind, "--output_dir", out]
+    assert finetune([*argv, *TINY_FINETUNE]) == 2
+    assert not out.exists()
+    stderr = capsys.readouterr().err  # the corpus is read (with its progress bar) before it can be judged
+    error = stderr.strip().splitlines()[-1]
+    assert error.startswith("error: ") and "Traceback" not in stderr
+    assert "no passage has a sentence end" in error and "--pseudo_queries crops" in error
+    assert "larger --corpus_file" not in error

@@ -212,4 +212,5 @@ def test_sparse_dev_metrics_searched_in_blocks_are_the_brute_force_figures(spars
     reported = json.loads((round_dir(out, 1) / DEV_METRICS_FILE).read_text())["dev_ndcg@10"]
 
     assert len(training_set.dev.queries) == 9  # three blocks of 4, 4 and 1
-    assert reported == pytest.approx(brute_force_ndcg_at_10(load_sparse_encoder(str(out)), training_set.dev), abs=1e-9)
+    round_model = load_sparse_encoder(str(round_dir(out, 1) / "model"))
+    assert reported == pytest.approx(brute_force_ndcg_at_10(round_model, training_set.dev), abs=1e-9)

@@ -19,8 +19,10 @@ from sentence_transformers import SentenceTransformer
 
 from finetune_helpers import (
     TINY_FINETUNE, assert_drawn_from_ranks, bm25_scores, finetune, round_dir, round_examples, standardised,
+    with_dev_split,
 )
 from training.common.corpus import load_raw_corpus
+from training.evaluation.collection import load_collection
 from training.finetuning.data import training_set_from_passages
 from training.finetuning.teachers import with_start_teacher
 
@@ -39,12 +41,12 @@ def start_dir(minilm_dir, tmp_path_factory):
     return folder
 
 
-def pseudo_label_distillation(start_dir, scifact_slice, out, negatives: str):
+def pseudo_label_distillation(start_dir, scifact_slice, out, negatives: str, *flags):
     assert finetune([
         "--model_name_or_path", start_dir, "--corpus_file", scifact_slice / "corpus.jsonl", "--output_dir", out,
         *TINY_FINETUNE, "--learning_rate", "3e-5", "--pseudo_queries", "sentences", "--negatives", negatives,
         "--teacher", "bm25", "start", "--max_train_queries", PSEUDO_QUERIES, "--max_steps", "1",
-        "--per_device_train_batch_size", PSEUDO_QUERIES, "--batch_sampler", "batch_sampler",
+        "--per_device_train_batch_size", PSEUDO_QUERIES, "--batch_sampler", "batch_sampler", *flags,
     ]) == 0
     return out
 
@@ -58,6 +60,14 @@ def pseudo_label_run(start_dir, scifact_slice, tmp_path_factory):
 def own_negatives_run(start_dir, scifact_slice, tmp_path_factory):
     """The same run with its negatives mined from the start's own index (GPL's dense mining)."""
     return pseudo_label_distillation(start_dir, scifact_slice, tmp_path_factory.mktemp("own-negatives") / "st", "model")
+
+
+@pytest.fixture(scope="module")
+def judged_dev_run(start_dir, scifact_slice, tmp_path_factory):
+    """The same run judged on 10 of the slice's real queries (its qrels/dev.tsv) instead of held-out pseudo-queries."""
+    collection = with_dev_split(scifact_slice, tmp_path_factory.mktemp("judged") / "slice", dev_queries=10)
+    out = tmp_path_factory.mktemp("judged-dev") / "st"
+    return pseudo_label_distillation(start_dir, scifact_slice, out, "bm25", "--dev_data_dir", collection), collection
 
 
 def start_cosines(start_dir, training_set, examples, max_seq_length: int) -> np.ndarray:
@@ -129,3 +139,29 @@ def test_start_as_a_teacher_scores_as_the_student_does(minilm_dir, tiny_seed_dir
     assert with_start_teacher(["bm25", "start"], str(minilm_dir), sparse=False) == ["bm25", str(minilm_dir)]
     assert with_start_teacher(["start"], str(tiny_seed_dir), sparse=False) == [f"dense:{tiny_seed_dir}"]
     assert with_start_teacher(["start"], str(tiny_seed_dir), sparse=True) == [f"sparse:{tiny_seed_dir}"]
+
+
+def test_the_label_free_run_publishes_at_the_starts_own_length_not_the_training_length(pseudo_label_run, start_dir):
+    """Trained at 64 tokens (TINY_FINETUNE), the run publishes all-MiniLM-L6-v2's 256, and judged its start and
+    round at 256: it kept the start, whose vector of a 400-token text the published folder gives exactly."""
+    long_text = " ".join(["the protein binds the receptor and blocks its signal"] * 40)
+    published, start = SentenceTransformer(str(pseudo_label_run)), SentenceTransformer(str(start_dir))
+    sentence_bert_config = json.loads((pseudo_label_run / "sentence_bert_config.json").read_text())
+
+    assert len(start.tokenizer(long_text)["input_ids"]) > 256
+    assert sentence_bert_config["max_seq_length"] == published.max_seq_length == 256
+    assert "kept the start" in (pseudo_label_run / "README.md").read_text()  # one step moves nothing beyond noise
+    np.testing.assert_array_equal(published.encode([long_text]), start.encode([long_text]))
+
+
+def test_a_run_given_real_dev_queries_judges_on_them_and_says_so(judged_dev_run, pseudo_label_run):
+    out, collection = judged_dev_run
+    real_dev = load_collection(str(collection), "dev")
+    judged = json.loads((out / "finetuning" / "start_dev_metrics_per_query.json").read_text())
+    pseudo_judged = json.loads((pseudo_label_run / "finetuning" / "start_dev_metrics_per_query.json").read_text())
+    round_judged = json.loads((round_dir(out, 1) / "dev_metrics_per_query.json").read_text())
+
+    assert set(judged) == set(round_judged) == set(real_dev.queries) and len(judged) == 10
+    assert not set(judged) & set(pseudo_judged)
+    assert round_examples(out, 1) == round_examples(pseudo_label_run, 1)  # training is label-free as before
+    assert f"judged on 10 real queries of `{collection.name}` (qrels/dev.tsv)" in (out / "README.md").read_text()

@@ -1,5 +1,8 @@
 """The evaluator the sentence-transformers trainers call during fine-tuning: the command line's metrics, same code."""
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from sentence_transformers import SparseEncoder
 from sentence_transformers.base.evaluation import BaseEvaluator
 
@@ -7,7 +10,7 @@ from ..common.timing import PhaseTimer
 from .collection import Collection
 from .embedding_cache import weights_fingerprint
 from .evaluate import evaluate_retriever
-from .metrics import DEFAULT_METRICS
+from .metrics import DEFAULT_METRICS, per_query_metric
 from .retrievers import DenseRetriever, Retriever, SparseRetriever
 from .retrievers.sparse import SPARSITY_STATS
 
@@ -24,6 +27,21 @@ def model_retriever(model, name: str, batch_size: int, cache_dir: str | None, sh
         model, name=name, batch_size=batch_size, show_progress_bar=show_progress_bar,
         cache_dir=cache_dir, cache_key=None if cache_dir is None else weights_fingerprint(model),
     )
+
+
+@contextmanager
+def at_length(model, max_seq_length: int | None) -> Iterator:
+    """`model` truncating its inputs at `max_seq_length` tokens inside the block (unchanged where None), and at its
+    own length again after it: a model trained at one length is judged at the length it will be served at."""
+    if max_seq_length is None:
+        yield model
+        return
+    own = model.max_seq_length
+    model.max_seq_length = max_seq_length
+    try:
+        yield model
+    finally:
+        model.max_seq_length = own
 
 
 def indexed(retriever: Retriever, corpus: dict[str, str], timer: PhaseTimer) -> Retriever:
@@ -44,6 +62,9 @@ class RetrievalEvaluator(BaseEvaluator):
     only and shares the encoding across ranks (sentence-transformers' distributed inference). The corpus is
     encoded at every call unless `cache_dir` is given: then once per weights (see `model_retriever`). Its time
     goes to `timer`: evaluation, and corpus encoding apart.
+
+    With `max_seq_length` the model is evaluated at that length, whatever length it trains at. After each call
+    `per_query` holds the primary metric of each query (query id -> value), for a paired comparison of two models.
     """
 
     def __init__(
@@ -56,6 +77,7 @@ class RetrievalEvaluator(BaseEvaluator):
         metrics=DEFAULT_METRICS,
         cache_dir: str | None = None,
         timer: PhaseTimer | None = None,
+        max_seq_length: int | None = None,
     ):
         super().__init__()
         self.collection = collection
@@ -68,12 +90,15 @@ class RetrievalEvaluator(BaseEvaluator):
         self.greater_is_better = True
         self.cache_dir = cache_dir
         self.timer = timer or PhaseTimer()
+        self.max_seq_length = max_seq_length
+        self.per_query: dict[str, float] | None = None
 
     def __call__(self, model, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
-        with self.timer.phase(EVALUATION):
+        with self.timer.phase(EVALUATION), at_length(model, self.max_seq_length):
             retriever = model_retriever(model, self.name, self.batch_size, self.cache_dir, self.show_progress_bar)
             indexed(retriever, self.collection.corpus, self.timer)
             result = evaluate_retriever(retriever, self.collection, self.top_k, self.metrics)
+            self.per_query = per_query_metric(self.collection.qrels, result.run, self.metrics[0])
         sparsity = {stat: value for stat, value in result.stats.items() if stat in SPARSITY_STATS}
         metrics = self.prefix_name_to_metrics({**result.metrics, **sparsity}, self.name)
         self.store_metrics_in_model_card_data(model, metrics, epoch, steps)
@@ -82,5 +107,5 @@ class RetrievalEvaluator(BaseEvaluator):
     def get_config_dict(self) -> dict:
         return {
             "collection": self.collection.name, "queries": len(self.collection.queries),
-            "documents": len(self.collection.corpus), "top_k": self.top_k,
+            "documents": len(self.collection.corpus), "top_k": self.top_k, "max_seq_length": self.max_seq_length,
         }

@@ -20,15 +20,27 @@ def _rank_scores(scores: dict[str, float]) -> dict[str, float]:
     return {document_id: float(len(ranked) - rank) for rank, (document_id, _) in enumerate(ranked)}
 
 
+def _ranx_evaluate(qrels: dict[str, dict[str, int]], run: dict[str, dict[str, float]], metrics) -> Run:
+    """The ranx Run of `run` with `metrics` computed: its `mean_scores`, and its `scores` by query id (in ranx's order
+    of the queries, not `qrels`')."""
+    ranked = Run.from_dict({query_id: _rank_scores(scores) for query_id, scores in run.items()})
+    with warnings.catch_warnings():
+        # ranx's compiled metrics warn NumbaTypeSafetyWarning on every call (an int cast; harmless).
+        warnings.simplefilter("ignore")
+        evaluate(Qrels.from_dict(qrels), ranked, list(metrics), make_comparable=True)
+    return ranked
+
+
 def compute_metrics(
     qrels: dict[str, dict[str, int]], run: dict[str, dict[str, float]], metrics=DEFAULT_METRICS
 ) -> dict[str, float]:
     """Each metric averaged over the queries of `qrels`; a query the run leaves out scores 0."""
-    ranked = {query_id: _rank_scores(scores) for query_id, scores in run.items()}
-    with warnings.catch_warnings():
-        # ranx's compiled metrics warn NumbaTypeSafetyWarning on every call (an int cast; harmless).
-        warnings.simplefilter("ignore")
-        values = evaluate(Qrels.from_dict(qrels), Run.from_dict(ranked), list(metrics), make_comparable=True)
-    if len(metrics) == 1:  # ranx returns a bare number for a single metric
-        values = {metrics[0]: values}
-    return {metric: float(values[metric]) for metric in metrics}
+    scored = _ranx_evaluate(qrels, run, metrics)
+    return {metric: float(scored.mean_scores[metric]) for metric in metrics}
+
+
+def per_query_metric(qrels: dict[str, dict[str, int]], run: dict[str, dict[str, float]], metric: str) -> dict[str, float]:
+    """`metric` of each query of `qrels` (query id -> value; 0 where the run leaves the query out): what a paired
+    comparison of two retrievers on the same queries resamples."""
+    scores = _ranx_evaluate(qrels, run, (metric,)).scores[metric]
+    return {query_id: float(scores[query_id]) for query_id in qrels}

@@ -2,6 +2,7 @@
 sentence-transformers' training arguments. Each dataclass checks its own fields."""
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from sentence_transformers import SentenceTransformerTrainingArguments, SparseEncoderTrainingArguments
 from sentence_transformers.base.sampler import BatchSamplers
@@ -53,7 +54,20 @@ class FinetuningModelArguments:
     )
     max_seq_length: int | None = field(
         default=None,
-        metadata={"help": "Longest input in tokens, queries and documents (default: the starting model's, at most 256)."},
+        metadata={
+            "help": "Longest input in tokens while training, queries and documents (default: the starting model's, at "
+            "most 256). Not the published model's: see --published_max_seq_length."
+        },
+    )
+    published_max_seq_length: int | None = field(
+        default=None,
+        metadata={
+            "help": "Longest input in tokens of the published model, and of every dev evaluation that decides which "
+            "model is published (the start's and each round's), so that the run compares what it publishes with the "
+            "start as its users serve it. Default: the length a SentenceTransformer or SparseEncoder --model_name_or_path "
+            "is served at (its sentence_bert_config.json), whatever length the run trains at; for a bare checkpoint "
+            "(a SEED pretraining folder, BERT), which nobody serves yet, the training length."
+        },
     )
 
     sparse: bool = field(
@@ -97,8 +111,9 @@ class FinetuningModelArguments:
             raise InputError("--query_regularizer_weight and --document_regularizer_weight must be >= 0.")
         if self.pooling is not None and self.pooling not in ("cls", "mean"):
             raise InputError(f"--pooling {self.pooling}: expected cls or mean.")
-        if self.max_seq_length is not None and self.max_seq_length < 8:
-            raise InputError(f"--max_seq_length {self.max_seq_length}: too short for a query or a passage (at least 8).")
+        for flag, length in (("--max_seq_length", self.max_seq_length), ("--published_max_seq_length", self.published_max_seq_length)):
+            if length is not None and length < 8:
+                raise InputError(f"{flag} {length}: too short for a query or a passage (at least 8).")
         check_hub_model_id(self.base_model, "--base_model")
         if self.candidate_starts and self.model_name_or_path in self.candidate_starts:
             raise InputError(
@@ -151,6 +166,16 @@ class FinetuningDataArguments:
             "choices": list(PSEUDO_QUERY_KINDS),
         },
     )
+    dev_data_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "Without --data_dir: a BEIR-layout folder (corpus.jsonl, queries.jsonl, qrels/--dev_split.tsv) of "
+            "real queries with judgments, on which the run decides whether a round beats the start, instead of "
+            "held-out pseudo-queries or pairs. Training stays label-free; a pseudo-dev can prefer a round that loses "
+            "on real queries unlike its pseudo-queries, and a few dozen judged queries tell more (see the README)."
+        },
+    )
+    dev_split: str = field(default="dev", metadata={"help": "With --dev_data_dir: the qrels file that judges (default: dev)."})
     title_column: str = field(
         default="title",
         metadata={"help": "JSON field of --corpus_file holding a passage's title (--pseudo_queries titles, or the dev's)."},
@@ -194,6 +219,13 @@ class FinetuningDataArguments:
         self.pseudo_queries = self._pseudo_query_kinds("--pseudo_queries", self.pseudo_queries, default=[CROPS])
         if self.dev_pseudo_queries is not None:
             self.dev_pseudo_queries = self._pseudo_query_kinds("--dev_pseudo_queries", self.dev_pseudo_queries)
+        if self.dev_data_dir and not Path(self.dev_data_dir).is_dir():
+            raise InputError(f"--dev_data_dir {self.dev_data_dir}: no such folder. Pass a BEIR-layout folder with judged queries.")
+        if self.dev_data_dir and self.data_dir:
+            raise InputError(
+                f"--dev_data_dir {self.dev_data_dir}: --data_dir {self.data_dir} brings its own dev split (qrels/dev.tsv, "
+                "else held-out training queries); drop --dev_data_dir."
+            )
         if self.eval_split and not self.data_dir:
             raise InputError(f"--eval_split {self.eval_split} needs --data_dir, the collection it is a split of.")
         if not 0 < self.dev_fraction < 1:

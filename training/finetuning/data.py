@@ -14,7 +14,7 @@ from ..common.corpus import file_format
 from ..common.errors import InputError
 from ..common.json_lines import json_lines
 from ..evaluation.collection import Collection, load_collection
-from .pseudo_queries import CROPS, MIN_CROP_WORDS, describe_kinds, pseudo_pair
+from .pseudo_queries import CROPS, LEADS, MIN_CROP_WORDS, SENTENCE_END, SENTENCES, TITLES, describe_kinds, pseudo_pair
 
 DEV_SPLIT = "dev"
 PAIR_FIELDS = ("query", "positive")
@@ -112,6 +112,18 @@ def training_set_from_beir(
     )
 
 
+def with_judged_dev(training_set: TrainingSet, data_dir: str, split: str, skip_unknown_ids: bool = False) -> TrainingSet:
+    """`training_set` judged on the real queries of a BEIR folder's `split` (with its own corpus) rather than on
+    the held-out queries it made; the held-out ones are still never trained on."""
+    training_set.dev = load_collection(data_dir, split, skip_unknown_ids=skip_unknown_ids)
+    training_set.dev.name = DEV_SPLIT
+    training_set.description += (
+        f"; judged on {len(training_set.dev.queries)} real queries of `{Path(data_dir).name}` (qrels/{split}.tsv) "
+        "in place of those"
+    )
+    return training_set
+
+
 def _text_id(prefix: str, text: str) -> str:
     return f"{prefix}{hashlib.sha1(text.encode()).hexdigest()[:16]}"
 
@@ -196,12 +208,7 @@ def training_set_from_passages(
         if pair.kind == CROPS:
             sources[query_id] = passage
     if len(queries) < 10:
-        raise InputError(
-            f"{description}: only {len(queries)} passages make a pseudo-query of the kinds asked for "
-            f"({', '.join(kinds)}: crops need {2 * MIN_CROP_WORDS} words or more, sentences and leads two sentences, "
-            "titles a title); unsupervised pairs need at least 10. Pass a larger --corpus_file, or other "
-            "--pseudo_queries."
-        )
+        raise InputError(too_few_pseudo_queries(description, len(queries), passages, titles, kinds))
     whole = Collection(name="train", corpus=corpus, queries=queries, qrels=qrels)
     counts = ", ".join(f"{count} {kind}" for kind, count in made.items())
     training_set = _with_held_out_dev(
@@ -212,6 +219,32 @@ def training_set_from_passages(
     if dev_kinds and set(dev_kinds) != set(kinds):
         _remake_dev(training_set, passages, titles, dev_kinds, seed, description)
     return training_set
+
+
+def too_few_pseudo_queries(
+    description: str, made: int, passages: list[str], titles: list[str | None] | None, kinds: tuple[str, ...]
+) -> str:
+    """Why the passages made fewer than 10 pseudo-queries, and what to do: a corpus that is too small only when no
+    kind asked for is impossible for the corpus as a whole (no sentence-ending punctuation, no titles)."""
+    causes = []
+    if {SENTENCES, LEADS} & set(kinds) and not any(SENTENCE_END.search(passage) for passage in passages):
+        causes.append(
+            "no passage has a sentence end (., ! or ? before the next sentence), so none splits into the two "
+            "sentences that sentences and leads need"
+        )
+    if TITLES in kinds and not any(title and title.strip() for title in titles or []):
+        causes.append("no record with a text has a title (--title_column)")
+    what = (
+        f"only {made} passages make a pseudo-query of the kinds asked for ({', '.join(kinds)}: crops need "
+        f"{2 * MIN_CROP_WORDS} words or more, sentences and leads two sentences, titles a title and a text)"
+    )
+    if not causes:
+        return f"{description}: {what}; unsupervised pairs need at least 10. Pass a larger --corpus_file, or other --pseudo_queries."
+    instead = (
+        "a larger --corpus_file" if CROPS in kinds
+        else "--pseudo_queries crops (random spans of a passage, which need neither punctuation nor titles)"
+    )
+    return f"{description}: {what}: {'; '.join(causes)}. Pass {instead}, or a corpus with punctuated text or titles."
 
 
 def _remake_dev(

@@ -27,15 +27,20 @@ class RetrieverFamily:
     name: str  # the sentence-transformers class the output folder loads as
     sparse: bool
 
-    def load(self, path: str, model_args: FinetuningModelArguments):
-        """The model to fine-tune from `path` (a starting checkpoint, or a finished round's folder)."""
+    def load_as_served(self, path: str, model_args: FinetuningModelArguments):
+        """The model in `path` (a starting checkpoint, or a finished round's folder) at its own maximum input length:
+        the one `SentenceTransformer(path)` / `SparseEncoder(path)` gives it, and so the one its users serve it at."""
         if self.sparse:
-            model = load_sparse_encoder(path, max_seq_length=model_args.max_seq_length)
+            model = load_sparse_encoder(path)
         else:
-            model = load_sentence_transformer(path, pooling=model_args.pooling, max_seq_length=model_args.max_seq_length)
-        if model_args.max_seq_length is None:
-            model.max_seq_length = min(model.max_seq_length or DEFAULT_MAX_SEQ_LENGTH, DEFAULT_MAX_SEQ_LENGTH)
+            model = load_sentence_transformer(path, pooling=model_args.pooling)
         model.model_card_data.local_files_only = True  # no Hub lookups for dataset or base-model ids
+        return model
+
+    def load(self, path: str, model_args: FinetuningModelArguments):
+        """The model in `path`, to train: at the training length (`training_length`)."""
+        model = self.load_as_served(path, model_args)
+        model.max_seq_length = training_length(model_args, model.max_seq_length)
         return model
 
     def trainer(self, **kwargs):
@@ -75,6 +80,22 @@ class RetrieverFamily:
         if self.sparse:
             return f"SPLADE: {type(model[0]).__name__} (MLM head) + max pooling of log(1 + ReLU(logits)), max {model.max_seq_length} tokens"
         return f"{type(model[0]).__name__} + {model[1].pooling_mode} pooling, max {model.max_seq_length} tokens"
+
+
+def training_length(model_args: FinetuningModelArguments, own: int | None) -> int:
+    """The length inputs are truncated at in training: --max_seq_length, else the model's `own`, at most 256."""
+    return model_args.max_seq_length or min(own or DEFAULT_MAX_SEQ_LENGTH, DEFAULT_MAX_SEQ_LENGTH)
+
+
+def published_length(model_args: FinetuningModelArguments, served: int | None, training: int) -> int:
+    """The length the published model truncates at, and every model of the run is judged at on dev:
+    --published_max_seq_length, else the length the start is `served` at (a SentenceTransformer or SparseEncoder
+    folder's own, from its sentence_bert_config.json), else the `training` length. Not the training length where the
+    start is served at another: a start served at 256 tokens and published at a training length of 128 loses by
+    truncation alone (all-MiniLM-L6-v2 on SciFact: 0.645 at 256 tokens, 0.624 at 128). A bare checkpoint is served
+    by nobody yet, and its positions past its pre-training length (a SEED folder pre-trained at 128 tokens has 512)
+    may never have been trained: it is published at the length fine-tuning taught it."""
+    return model_args.published_max_seq_length or served or training
 
 
 DENSE = RetrieverFamily(name="SentenceTransformer", sparse=False)

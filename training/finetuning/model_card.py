@@ -145,20 +145,20 @@ def describe_recipe(recipe, loss) -> dict:
     return {"loss": name, "negatives": negatives, "rounds": recipe.mining_rounds, "teacher": teacher}
 
 
-def final_choice(best: RoundPlan | None, kept_start_line: str | None) -> str:
-    if best is None:
-        return f"The final model is the starting checkpoint. {kept_start_line}"
-    return f"The final model is round {best.number}, the round with the best dev nDCG@10, which beat the starting checkpoint."
+def final_choice(best: RoundPlan | None, decision_line: str) -> str:
+    final = "the starting checkpoint" if best is None else f"round {best.number}"
+    return f"The final model is {final}. {decision_line}"
 
 
 def write_model_card(
     folder: Path, *, plans, best, start_metrics, test_metrics, model_args, data_args, recipe_summary, training_args,
     training_set, start_path: str, starting_kind, model_class: str, model_description: str,
-    extra_columns: list[tuple[str, str]], kept_start_line: str | None = None, start_choice_line: str | None = None,
+    extra_columns: list[tuple[str, str]], decision_line: str, lengths: dict, start_choice_line: str | None = None,
 ) -> None:
     """Append the fine-tuning section to the card sentence-transformers wrote into `folder`, with its plot. `best` is
-    the published round, or None when the start was kept (`kept_start_line` then says why); `start_choice_line` says
-    how the start was chosen among --candidate_starts, when there were some."""
+    the published round, or None when the start was kept; `decision_line` says why; `lengths` holds the training
+    and published lengths; `start_choice_line` says how the start was chosen among --candidate_starts, when there
+    were some."""
     metric_key = f"dev_{PRIMARY_METRIC}"
     plot_training_curves(*curves(plans, start_metrics, metric_key), f"dev {PRIMARY_METRIC}", folder / CURVES_PLOT)
     start_row = "starting checkpoint" + (" (final)" if best is None else "")
@@ -187,7 +187,8 @@ def write_model_card(
         },
         evaluation_rows=rows,
         extra_columns=extra_columns,
-        final_choice=final_choice(best, kept_start_line),
+        final_choice=final_choice(best, decision_line),
+        lengths=lengths,
         kept_start=best is None,
         command=shlex.join(sys.argv),
     )

@@ -22,7 +22,7 @@ import functools
 import json
 import logging
 import shutil
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from accelerate.utils import broadcast_object_list
@@ -62,15 +62,16 @@ from .data import (
     training_set_from_beir,
     training_set_from_pairs,
     training_set_from_passages,
+    with_judged_dev,
 )
 from .examples import examples_dataset, own_index_scores
-from .families import RetrieverFamily, retriever_family
+from .families import RetrieverFamily, published_length, retriever_family, training_length
 from .fresh_crops import FreshCrops
 from .model_card import describe_recipe, fill_card_data, write_model_card
 from .pseudo_queries import TITLES
-from .rounds import SAVING, RoundPlan, computed_once, prepare_examples, train_round, write_json_atomically
+from .rounds import DEV_METRICS_FILE, SAVING, RoundPlan, evaluated_once, prepare_examples, train_round, write_json_atomically
 from .starts import (
-    CANDIDATE_STARTS_FILE, best_round, best_start, candidate_dev_metrics, kept_start_line, start_choice_line,
+    CANDIDATE_STARTS_FILE, best_start, candidate_dev_metrics, compare_with_start, decision_line, start_choice_line,
 )
 from .teachers import check_teacher_specs, load_teacher, with_start_teacher
 
@@ -81,9 +82,22 @@ RUN_FILE = "run.json"
 START_METRICS_FILE = "start_dev_metrics.json"
 TIMINGS_FILE = "timings.json"
 MINING = "mining"
+# Folders whose own maximum length is the one their users serve them at (sentence_bert_config.json).
+SERVED_KINDS = ("sentence-transformer", "sparse-encoder")
 
 
 def load_training_set(data_args: FinetuningDataArguments, seed: int) -> TrainingSet:
+    training_set = made_training_set(data_args, seed)
+    if data_args.dev_data_dir:
+        training_set = with_judged_dev(training_set, data_args.dev_data_dir, data_args.dev_split, data_args.skip_unknown_ids)
+        logger.info(
+            "The start and the rounds are judged on %d real queries of %s (qrels/%s.tsv), not on held-out training "
+            "queries.", len(training_set.dev.queries), data_args.dev_data_dir, data_args.dev_split,
+        )
+    return training_set
+
+
+def made_training_set(data_args: FinetuningDataArguments, seed: int) -> TrainingSet:
     if data_args.data_dir:
         return training_set_from_beir(
             data_args.data_dir, data_args.dev_fraction, data_args.max_train_queries, seed, data_args.skip_unknown_ids
@@ -185,9 +199,11 @@ def on_main_process(training_args, work):
 
 
 def own_index(model, corpus: dict[str, str], evaluator: RetrievalEvaluator):
-    """The model's own index of the training corpus, for ANCE-style mining. The dev evaluation that ended the
+    """The model's own index of the training corpus, for ANCE-style mining, at the training length: it ranks as the
+    model being trained does, and its scores set a sparse student's label scale. The dev evaluation that ended the
     previous round encoded the corpus with these very weights (when the training corpus is the dev corpus, as in
-    a BEIR collection): its encoding is read from the cache rather than made again."""
+    a BEIR collection, and the run is published at the length it trains at): its encoding is read from the cache
+    rather than made again."""
     retriever = model_retriever(model, "self", evaluator.batch_size, evaluator.cache_dir)
     return indexed(retriever, corpus, evaluator.timer)
 
@@ -211,9 +227,15 @@ def round_arguments(training_args: SeedFinetuningArguments, folder: Path) -> See
     return round_args
 
 
-def evaluate_once(path: Path, model, evaluator, training_args) -> dict:
-    """The evaluator's metrics of `model`, computed once per output folder (by the main process) and kept in `path`."""
-    return on_main_process(training_args, lambda: computed_once(path, lambda: evaluator(model)))
+def scored_by(evaluator: RetrievalEvaluator):
+    """`model` -> (the evaluator's metrics of it, its per-query values of the primary metric)."""
+    return lambda model: (evaluator(model), evaluator.per_query)
+
+
+def evaluate_once(path: Path, model, evaluator, training_args) -> tuple[dict, dict]:
+    """The evaluator's metrics of `model` and its per-query values, computed once per output folder (by the main
+    process) and kept in `path` and its per-query twin."""
+    return on_main_process(training_args, lambda: evaluated_once(path, lambda: scored_by(evaluator)(model)))
 
 
 def run_finetuning(
@@ -243,7 +265,10 @@ def run_finetuning(
     test_collection = None
     if data_args.eval_split:
         test_collection = load_collection(data_args.data_dir, data_args.eval_split, data_args.skip_unknown_ids)
-    model = family.load(model_args.model_name_or_path, model_args)
+    model = family.load_as_served(model_args.model_name_or_path, model_args)
+    lengths = served_and_trained_lengths(model_args, model)
+    check_published_length(lengths.published, model)
+    model.max_seq_length = lengths.training
 
     output_dir = Path(training_args.output_dir)
     with output_dir_lock(str(output_dir), training_args.process_index == 0):
@@ -253,10 +278,36 @@ def run_finetuning(
         )
         if refusal is not None:
             raise InputError(refusal)
-        finetune_in_rounds(family, model, model_args, data_args, recipe, training_args, training_set, test_collection, timer)
+        finetune_in_rounds(
+            family, model, model_args, data_args, recipe, training_args, training_set, test_collection, lengths, timer
+        )
         if training_args.process_index == 0:
             report_timings(output_dir / STATE_DIR / TIMINGS_FILE, timer)
     return output_dir
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """The longest input in tokens while training, and of the published model and every dev evaluation."""
+
+    training: int
+    published: int
+
+
+def served_and_trained_lengths(model_args, start) -> Lengths:
+    """The run's training and published lengths, from the flags and the `start` as loaded, at its own length."""
+    training = training_length(model_args, start.max_seq_length)
+    served = start.max_seq_length if model_kind(model_args.model_name_or_path) in SERVED_KINDS else None
+    return Lengths(training, published_length(model_args, served, training))
+
+
+def check_published_length(length: int, model) -> None:
+    """Refuse a published length beyond the positions the start's transformer has, before any work."""
+    positions = getattr(model[0].auto_model.config, "max_position_embeddings", None)
+    if positions is not None and length > positions:
+        raise InputError(
+            f"--published_max_seq_length {length}: the start's transformer has {positions} positions; pass at most that."
+        )
 
 
 def report_timings(path: Path, timer: PhaseTimer) -> None:
@@ -267,16 +318,16 @@ def report_timings(path: Path, timer: PhaseTimer) -> None:
 
 
 def choose_start(family: RetrieverFamily, model, model_args, evaluator, state_dir: Path, training_args):
-    """(the start's path, its model, its dev metrics, the line saying how it was chosen or None): --model_name_or_path,
-    or with --candidate_starts whichever of them scores best on the dev split."""
+    """(the start's path, its model, its dev metrics and per-query values, the line saying how it was chosen or
+    None): --model_name_or_path, or with --candidate_starts whichever of them scores best on the dev split."""
     if not model_args.candidate_starts:
-        start_metrics = evaluate_once(state_dir / START_METRICS_FILE, model, evaluator, training_args)
-        return model_args.model_name_or_path, model, start_metrics, None
+        start_metrics, start_per_query = evaluate_once(state_dir / START_METRICS_FILE, model, evaluator, training_args)
+        return model_args.model_name_or_path, model, start_metrics, start_per_query, None
     given = model_args.model_name_or_path
     paths = [given, *model_args.candidate_starts]
     metric = evaluator.primary_metric
-    metrics = on_main_process(training_args, lambda: candidate_dev_metrics(
-        paths, lambda path: model if path == given else family.load(path, model_args), evaluator,
+    metrics, per_query = on_main_process(training_args, lambda: candidate_dev_metrics(
+        paths, lambda path: model if path == given else family.load(path, model_args), scored_by(evaluator),
         state_dir / CANDIDATE_STARTS_FILE,
     ))
     start_path = best_start(paths, metrics, metric)
@@ -287,29 +338,65 @@ def choose_start(family: RetrieverFamily, model, model_args, evaluator, state_di
         logger.warning(choice_line)
         model = family.load(start_path, model_args)
     # Scored with the candidates already: kept where every run keeps its start's dev metrics, not scored again.
-    start_metrics = metrics[start_path]
-    on_main_process(training_args, lambda: write_json_atomically(state_dir / START_METRICS_FILE, start_metrics))
-    return start_path, model, start_metrics, choice_line
+    start_metrics, start_per_query = on_main_process(training_args, lambda: evaluated_once(
+        state_dir / START_METRICS_FILE, lambda: (metrics[start_path], per_query[start_path])
+    ))
+    return start_path, model, start_metrics, start_per_query, choice_line
 
 
 def finetune_in_rounds(
     family: RetrieverFamily, model, model_args, data_args, recipe, training_args, training_set: TrainingSet,
-    test_collection: Collection | None, timer: PhaseTimer,
+    test_collection: Collection | None, lengths: Lengths, timer: PhaseTimer,
 ) -> None:
-    output_dir = Path(training_args.output_dir)
-    state_dir = output_dir / STATE_DIR
-    batch_size = training_args.per_device_eval_batch_size
-    cache_dir = data_args.cache_dir
+    """Choose the start, train the rounds, and publish the best of them and the start (see `choose_final_model`)."""
+    state_dir = Path(training_args.output_dir) / STATE_DIR
+    # Every dev evaluation runs at the published length: the run compares what it may publish with the start as served.
     evaluator = RetrievalEvaluator(
-        training_set.dev, name="dev", batch_size=batch_size, show_progress_bar=True, cache_dir=cache_dir, timer=timer
+        training_set.dev, name="dev", batch_size=training_args.per_device_eval_batch_size, show_progress_bar=True,
+        cache_dir=data_args.cache_dir, timer=timer, max_seq_length=lengths.published,
     )
-    start_path, model, start_metrics, start_choice = choose_start(family, model, model_args, evaluator, state_dir, training_args)
-    teacher = load_teacher(recipe.teacher, training_set.corpus) if recipe.teacher else None
-
+    start_path, model, start_metrics, start_per_query, start_choice = choose_start(
+        family, model, model_args, evaluator, state_dir, training_args
+    )
     plans = [RoundPlan(number, state_dir / f"round-{number}") for number in range(1, recipe.mining_rounds + 1)]
+    train_rounds(family, model, model_args, recipe, training_args, training_set, plans, evaluator, start_path, timer)
+    best, decision = choose_final_model(plans, start_per_query, evaluator.primary_metric, state_dir)
+    final_model = family.load_as_served(start_path if best is None else str(best.model_dir), model_args)
+    final_model.max_seq_length = lengths.published
+    if best is None:  # saved from this model, with its card data (a round's folder is copied with its card)
+        fill_card_data(final_model, model_args, training_set, start_path)
+        final_model.model_card_data.train_datasets = []  # the published weights never saw them
+    test_metrics = None
+    if test_collection is not None:
+        split = data_args.eval_split
+        test_evaluator = RetrievalEvaluator(
+            test_collection, name=split, batch_size=training_args.per_device_eval_batch_size, show_progress_bar=True,
+            cache_dir=data_args.cache_dir, timer=timer, max_seq_length=lengths.published,
+        )
+        test_metrics, _ = evaluate_once(state_dir / f"{split}_metrics.json", final_model, test_evaluator, training_args)
+    if training_args.process_index == 0:
+        with timer.phase(SAVING):
+            publish(
+                final_model, best, family, model_args, data_args, recipe, training_args, training_set,
+                card={
+                    "plans": plans, "start_metrics": start_metrics, "test_metrics": test_metrics,
+                    "start_path": start_path, "start_choice_line": start_choice, "decision_line": decision,
+                    "lengths": asdict(lengths),
+                },
+            )
+
+
+def train_rounds(
+    family: RetrieverFamily, model, model_args, recipe, training_args, training_set: TrainingSet,
+    plans: list[RoundPlan], evaluator: RetrievalEvaluator, start_path: str, timer: PhaseTimer,
+) -> None:
+    """Train every round not yet complete, each from the model the previous one ended with."""
+    teacher = load_teacher(recipe.teacher, training_set.corpus) if recipe.teacher else None
     for plan in plans:
         if plan.is_complete:
             model = family.load(str(plan.model_dir), model_args)
+            # Kept by a run from before per-query values were: that round is scored again, at the published length.
+            evaluate_once(plan.folder / DEV_METRICS_FILE, model, evaluator, training_args)
             continue
         set_seed(training_args.seed + plan.number)
         # Mining and the sparse label scale both read the round's start model's index: built (from the cache) once.
@@ -340,54 +427,48 @@ def finetune_in_rounds(
         with family.training(trainer):
             train_round(plan, trainer, timer)
 
-    best = best_round(plans, start_metrics, evaluator.primary_metric)
-    kept_start = kept_start_line(plans, start_metrics, evaluator.primary_metric) if best is None else None
-    if best is None:
-        logger.warning(kept_start)
-        final_model = family.load(start_path, model_args)
-        fill_card_data(final_model, model_args, training_set, start_path)
-        final_model.model_card_data.train_datasets = []  # the published weights never saw them
+
+def choose_final_model(
+    plans: list[RoundPlan], start_per_query: dict, metric: str, state_dir: Path
+) -> tuple[RoundPlan | None, str]:
+    """(the round to publish, or None to keep the start; the line saying why, logged and on the card): the best round
+    on dev where its gain over the start is beyond the dev split's noise (`starts.DevComparison`)."""
+    comparison = compare_with_start(plans, start_per_query, metric)
+    decision = decision_line(comparison, state_dir)
+    if not comparison.beyond_noise:
+        logger.warning(decision)
+        return None, decision
+    logger.info(decision)
+    return next(plan for plan in plans if plan.number == comparison.round_number), decision
+
+
+def publish(
+    final_model, best: RoundPlan | None, family: RetrieverFamily, model_args, data_args, recipe, training_args,
+    training_set: TrainingSet, card: dict,
+) -> None:
+    """Write the final model, at its published length, with its card into the output folder, whole or not at all."""
+    output_dir = str(training_args.output_dir)
+    staged = staging_dir(output_dir)
+    shutil.rmtree(staged, ignore_errors=True)
+    if best is None:  # the start as loaded, its weights unchanged (a SEED start as plain BERT)
+        final_model.save_pretrained(staged)
     else:
-        final_model = family.load(str(best.model_dir), model_args)
-    test_metrics = None
-    if test_collection is not None:
-        split = data_args.eval_split
-        test_metrics = evaluate_once(
-            state_dir / f"{split}_metrics.json", final_model,
-            RetrievalEvaluator(
-                test_collection, name=split, batch_size=batch_size, show_progress_bar=True, cache_dir=cache_dir,
-                timer=timer,
-            ),
-            training_args,
-        )
-    if training_args.process_index == 0:
-        with timer.phase(SAVING):
-            staged = staging_dir(str(output_dir))
-            shutil.rmtree(staged, ignore_errors=True)
-            if best is None:  # the start as loaded, its weights unchanged (a SEED start as plain BERT)
-                final_model.save_pretrained(staged)
-            else:
-                shutil.copytree(best.model_dir, staged)
-            add_serving_fields(staged, final_model.max_seq_length)
-            write_model_card(
-                staged,
-                plans=plans,
-                best=best,
-                start_metrics=start_metrics,
-                test_metrics=test_metrics,
-                model_args=model_args,
-                data_args=data_args,
-                recipe_summary=describe_recipe(recipe, family.loss(final_model, recipe, model_args)),
-                training_args=training_args,
-                training_set=training_set,
-                start_path=start_path,
-                starting_kind=model_kind(start_path),
-                start_choice_line=start_choice,
-                model_class=family.name,
-                model_description=family.describe(final_model),
-                extra_columns=[(stat, header) for stat, header, _ in STAT_COLUMNS] if family.sparse else [],
-                kept_start_line=kept_start,
-            )
-            publish_final_model(str(output_dir))
-            if training_args.push_to_hub:
-                push_final_model(training_args, "seed-encoder fine-tuning: final model", (STATE_DIR, f"{STATE_DIR}/**"))
+        shutil.copytree(best.model_dir, staged)
+    add_serving_fields(staged, final_model.max_seq_length)
+    write_model_card(
+        staged,
+        best=best,
+        model_args=model_args,
+        data_args=data_args,
+        recipe_summary=describe_recipe(recipe, family.loss(final_model, recipe, model_args)),
+        training_args=training_args,
+        training_set=training_set,
+        starting_kind=model_kind(card["start_path"]),
+        model_class=family.name,
+        model_description=family.describe(final_model),
+        extra_columns=[(stat, header) for stat, header, _ in STAT_COLUMNS] if family.sparse else [],
+        **card,
+    )
+    publish_final_model(output_dir)
+    if training_args.push_to_hub:
+        push_final_model(training_args, "seed-encoder fine-tuning: final model", (STATE_DIR, f"{STATE_DIR}/**"))

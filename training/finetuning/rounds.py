@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from accelerate.utils import broadcast_object_list
 
 from ..common.output_dir import FINISHED_MARKER, last_complete_checkpoint, publish_final_model, staging_dir
 from ..common.resuming import train_or_restore
+from ..common.serving import add_serving_fields
 from ..common.timing import PhaseTimer
 from ..evaluation.retrievers import BM25Retriever
 from .data import TrainingSet
@@ -47,6 +49,10 @@ class RoundPlan:
     def dev_metrics(self) -> dict:
         return json.loads((self.folder / DEV_METRICS_FILE).read_text())
 
+    def dev_per_query(self) -> dict[str, float]:
+        """The round's primary dev metric of each dev query (query id -> value)."""
+        return json.loads(per_query_file(self.folder / DEV_METRICS_FILE).read_text())
+
     def log_history(self) -> list[dict]:
         return json.loads((self.folder / "trainer_state.json").read_text())["log_history"]
 
@@ -55,6 +61,23 @@ def write_json_atomically(path: Path, value) -> None:
     temporary = path.with_name(path.name + ".tmp")
     temporary.write_text(json.dumps(value))
     temporary.replace(path)
+
+
+def per_query_file(metrics_file: Path) -> Path:
+    """Where the per-query values of the primary metric are kept beside a metrics file."""
+    return metrics_file.with_name(f"{metrics_file.stem}_per_query.json")
+
+
+def evaluated_once(metrics_file: Path, evaluate: Callable[[], tuple[dict, dict]]) -> tuple[dict, dict]:
+    """(metrics, per-query values) of `evaluate()`, computed once and kept in `metrics_file` and its per-query twin:
+    the twin is written first, so a resumed run that finds the metrics finds both (a run from before per-query
+    values were kept evaluates again)."""
+    per_query = per_query_file(metrics_file)
+    if not (metrics_file.is_file() and per_query.is_file()):
+        metrics, values = evaluate()
+        write_json_atomically(per_query, values)
+        write_json_atomically(metrics_file, metrics)
+    return json.loads(metrics_file.read_text()), json.loads(per_query.read_text())
 
 
 def computed_once(path: Path, compute: Callable):
@@ -101,7 +124,8 @@ def prepare_examples(
 
 
 def train_round(plan: RoundPlan, trainer, timer: PhaseTimer) -> dict:
-    """Train the round (resuming its last whole checkpoint), then write its dev metrics and its model."""
+    """Train the round (resuming its last whole checkpoint), then write its dev metrics, per query too, and its
+    model."""
     checkpoint = last_complete_checkpoint(plan.folder)
     train_or_restore(trainer, checkpoint)
     metrics = final_evaluation(trainer)
@@ -111,7 +135,10 @@ def train_round(plan: RoundPlan, trainer, timer: PhaseTimer) -> dict:
             shutil.rmtree(staged, ignore_errors=True)  # what a run killed while saving left
             # On the main process only: sentence-transformers' `_save` writes on every process that calls it.
             trainer.save_model(str(staged))
+            if trainer.evaluator.max_seq_length is not None:  # the length it was judged at, as the published folder
+                add_serving_fields(staged, trainer.evaluator.max_seq_length)
             trainer.state.save_to_json(str(plan.folder / "trainer_state.json"))
+            write_json_atomically(per_query_file(plan.folder / DEV_METRICS_FILE), trainer.evaluator.per_query)
             write_json_atomically(plan.folder / DEV_METRICS_FILE, metrics)
             publish_final_model(str(plan.model_dir))
     trainer.accelerator.wait_for_everyone()
@@ -121,10 +148,13 @@ def train_round(plan: RoundPlan, trainer, timer: PhaseTimer) -> dict:
 def final_evaluation(trainer) -> dict:
     """The evaluator's metrics of the trained model: those logged at the last step when there are, else computed.
     With --load_best_model_at_end the trainer has reloaded the best checkpoint's weights, which the last step's
-    metrics do not describe: that model is evaluated again."""
+    metrics do not describe: that model is evaluated again; so is a round finished from its last checkpoint in this
+    process, whose evaluator has not seen the model (the per-query values are kept only in memory)."""
     prefix = f"eval_{trainer.evaluator.name}_"
     logged = [entry for entry in trainer.state.log_history if any(key.startswith(prefix) for key in entry)]
-    if not logged or logged[-1]["step"] != trainer.state.global_step or trainer.args.load_best_model_at_end:
+    # The evaluator runs on the main process alone (sentence-transformers shares its encoding): its word decides.
+    unseen = broadcast_object_list([trainer.evaluator.per_query is None], from_process=0)[0]
+    if not logged or logged[-1]["step"] != trainer.state.global_step or trainer.args.load_best_model_at_end or unseen:
         trainer.evaluate()
         logged = [entry for entry in trainer.state.log_history if any(key.startswith(prefix) for key in entry)]
     return {key.removeprefix("eval_"): value for key, value in logged[-1].items() if key.startswith(prefix)}

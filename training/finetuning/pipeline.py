@@ -371,7 +371,7 @@ def finetune_in_rounds(
         split = data_args.eval_split
         test_evaluator = RetrievalEvaluator(
             test_collection, name=split, batch_size=training_args.per_device_eval_batch_size, show_progress_bar=True,
-            cache_dir=data_args.cache_dir, timer=timer, max_seq_length=lengths.published,
+            cache_dir=data_args.cache_dir, timer=timer,
         )
         test_metrics, _ = evaluate_once(state_dir / f"{split}_metrics.json", final_model, test_evaluator, training_args)
     if training_args.process_index == 0:
@@ -435,11 +435,8 @@ def choose_final_model(
     on dev where its gain over the start is beyond the dev split's noise (`starts.DevComparison`)."""
     comparison = compare_with_start(plans, start_per_query, metric)
     decision = decision_line(comparison, state_dir)
-    if not comparison.beyond_noise:
-        logger.warning(decision)
-        return None, decision
-    logger.info(decision)
-    return next(plan for plan in plans if plan.number == comparison.round_number), decision
+    logger.log(logging.INFO if comparison.beyond_noise else logging.WARNING, decision)
+    return comparison.published, decision
 
 
 def publish(

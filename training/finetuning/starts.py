@@ -59,7 +59,7 @@ class DevComparison:
     round's gain over the start (the dev queries resampled with replacement, both models scored on the same draw)."""
 
     metric: str
-    round_number: int
+    best: RoundPlan
     round_score: float
     start_score: float
     low: float
@@ -75,10 +75,15 @@ class DevComparison:
         """Whether the gain is beyond the dev split's own noise: the whole interval above zero."""
         return self.low > 0
 
+    @property
+    def published(self) -> RoundPlan | None:
+        """The round to publish: the best one where its gain is beyond the noise, else None (the start)."""
+        return self.best if self.beyond_noise else None
+
     def describe(self) -> str:
         return (
             f"{self.metric}, {DEV_CONFIDENCE:.0%} paired bootstrap over {self.queries} queries: round "
-            f"{self.round_number} {self.round_score:.3f} vs start {self.start_score:.3f}: {self.gain:+.3f} "
+            f"{self.best.number} {self.round_score:.3f} vs start {self.start_score:.3f}: {self.gain:+.3f} "
             f"[{self.low:+.3f}, {self.high:+.3f}]"
         )
 
@@ -108,7 +113,7 @@ def compare_with_start(plans: list[RoundPlan], start_per_query: dict[str, float]
     round_per_query = best.dev_per_query()
     low, high = gain_interval(round_per_query, start_per_query)
     return DevComparison(
-        metric, best.number, float(np.mean(list(round_per_query.values()))),
+        metric, best, float(np.mean(list(round_per_query.values()))),
         float(np.mean(list(start_per_query.values()))), low, high, len(start_per_query),
     )
 
@@ -117,14 +122,13 @@ def best_round(plans: list[RoundPlan], start_per_query: dict[str, float], metric
     """The round with the best dev `metric` where its gain over the start is beyond the dev split's noise
     (`DevComparison.beyond_noise`), else None: a run never publishes a model that its own dev split cannot tell
     from the one it began from, nor one it found worse."""
-    comparison = compare_with_start(plans, start_per_query, metric)
-    return plans[[plan.number for plan in plans].index(comparison.round_number)] if comparison.beyond_noise else None
+    return compare_with_start(plans, start_per_query, metric).published
 
 
 def decision_line(comparison: DevComparison, folder: Path) -> str:
     """What the run says of its choice, in one line (the log and the card)."""
     if comparison.beyond_noise:
-        return f"Round {comparison.round_number} beat the start on the dev split beyond its noise ({comparison.describe()}): published it."
+        return f"Round {comparison.best.number} beat the start on the dev split beyond its noise ({comparison.describe()}): published it."
     return (
         f"No round beat the start on the dev split beyond its noise ({comparison.describe()}): kept the start, its "
         f"weights unchanged. The rounds' models stay in {folder.name}/round-N/model."

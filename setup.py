@@ -32,6 +32,11 @@ setup(
             "faiss-cpu>=1.8",
             "scipy>=1.10",
         ],
+        # training/export.py --onnx (torch's TorchScript exporter writes the graph; onnxruntime checks and quantises it)
+        "onnx": [
+            "onnx>=1.16",
+            "onnxruntime>=1.18",
+        ],
         "tests": [
             "pytest>=8",
             "pytest-xdist>=3.8",  # the suite runs on both cores: -n 2; 3.8 added --no-loadscope-reorder (pytest.ini)

@@ -27,7 +27,7 @@ from training.finetuning.pipeline import START_METRICS_FILE, STATE_DIR
 from training.finetuning.rounds import RoundPlan, per_query_file
 from training.finetuning.starts import gain_interval
 
-SIZES = (10, 25, 50, 100)
+SIZES = (10, 25, 50, 100, 200, 400)
 
 
 def per_query_scores(model, data_dir: str, split: str, max_seq_length: int) -> dict[str, float]:
@@ -91,7 +91,13 @@ def main(argv: list[str] | None = None) -> dict:
         RoundPlan(1, run / STATE_DIR / "round-1").dev_per_query(),
         json.loads(per_query_file(run / STATE_DIR / START_METRICS_FILE).read_text()),
     )
-    rows, results = [], {"test_gain": test_gain, "published_length": length, "pseudo_dev": pseudo_dev, "sizes": {}}
+    pool_round, pool_start = scores["round", args.pool_split], scores["start", args.pool_split]
+    pool_gain = float(np.mean(list(pool_round.values())) - np.mean(list(pool_start.values())))
+    pool_interval = gain_interval(pool_round, pool_start)
+    rows, results = [], {
+        "test_gain": test_gain, "published_length": length, "pseudo_dev": pseudo_dev, "sizes": {},
+        "pool_gain": pool_gain, "pool_interval": list(pool_interval), "pool_queries": len(pool_start),
+    }
     for size in args.sizes:
         found = agreement(scores["round", args.pool_split], scores["start", args.pool_split], publish_is_right, size,
                           args.draws, args.seed)
@@ -101,6 +107,8 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"round 1 on {args.test_split}: {test_gain:+.4f} nDCG@10 over the start at {length} tokens, so the right "
           f"decision is to {'publish' if publish_is_right else 'keep the start'}; the run's pseudo-dev decided "
           f"{'publish' if pseudo_dev['guard'] else 'keep'} (guard) / {'publish' if pseudo_dev['means'] else 'keep'} (means)")
+    print(f"on all {len(pool_start)} {args.pool_split} queries: {pool_gain:+.4f} "
+          f"[{pool_interval[0]:+.4f}, {pool_interval[1]:+.4f}]")
     print(markdown_table(
         ["judged queries", "guard right", "guard published", "means right", "means published"], rows
     ))

@@ -2,6 +2,7 @@
 
 `plain_environment(folder)` makes a fresh virtual environment that holds torch, transformers and
 sentence-transformers with their dependencies and nothing else: no seed-encoder, no accelerate, no datasets.
+`plain_environment(folder, ONNX_REQUIREMENTS)` holds what an ONNX export's loader needs, and no torch.
 The distributions are linked from the suite's own site-packages (the same files, found through the same
 dependency metadata pip resolves), so the environment costs a second to build and no download or copy.
 `run_in(python, program, cwd)` runs a program there, offline, from a folder outside the repository.
@@ -19,6 +20,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 
 PLAIN_REQUIREMENTS = ("torch", "transformers", "sentence-transformers")
+ONNX_REQUIREMENTS = ("onnxruntime", "tokenizers", "numpy")
 
 
 def _normalised(name: str) -> str:
@@ -42,12 +44,12 @@ def dependency_closure(requirements) -> list[metadata.Distribution]:
     return list(found.values())
 
 
-def plain_environment(folder: Path) -> Path:
-    """The python executable of a new virtual environment in `folder` with only PLAIN_REQUIREMENTS and what they need."""
+def plain_environment(folder: Path, requirements: tuple[str, ...] = PLAIN_REQUIREMENTS) -> Path:
+    """The python executable of a new virtual environment in `folder` with only `requirements` and what they need."""
     venv.EnvBuilder(symlinks=True, with_pip=False).create(folder)
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
     site_packages = folder / "lib" / version / "site-packages"
-    for distribution in dependency_closure(PLAIN_REQUIREMENTS):
+    for distribution in dependency_closure(requirements):
         top_level = {Path(file).parts[0] for file in distribution.files or [] if not str(file).startswith("..")}
         for entry in top_level - {"__pycache__"}:
             source = Path(distribution.locate_file(entry))

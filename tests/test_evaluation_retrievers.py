@@ -76,6 +76,21 @@ def test_dense_search_is_exact_cosine_top_k(dense_model, collection, queries_per
     assert_exact_top_k(run, collection, queries @ documents.T, TOP_K)
 
 
+def test_dense_pair_scores_are_the_search_scores_of_those_documents(minilm_dir, collection):
+    """What a teacher reads for mined pairs: queries repeated, documents in any order, the index's own vectors (a
+    trained model, whose documents' scores differ)."""
+    retriever = DenseRetriever(load_sentence_transformer(str(minilm_dir)), "minilm", show_progress_bar=False)
+    retriever.index(collection.corpus)
+    queries = dict(list(collection.queries.items())[:3])
+    run = retriever.search(queries, 5)
+    pairs = [(queries[query_id], document_id, score) for query_id, scores in run.items() for document_id, score in scores.items()]
+    pairs.reverse()
+
+    found = retriever.pair_scores([query for query, _, _ in pairs], [document_id for _, document_id, _ in pairs])
+
+    np.testing.assert_allclose(found, [score for _, _, score in pairs], rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("queries_per_block", [None, 7])
 def test_sparse_search_equals_the_dense_product_of_splade_vectors(sparse_model, collection, queries_per_block, monkeypatch):
     if queries_per_block is not None:  # the 30 queries scored in 5 blocks

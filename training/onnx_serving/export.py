@@ -151,6 +151,14 @@ def quantize_int8(source: Path, target: Path) -> None:
         root.setLevel(level)
 
 
+def vector_width(model: SentenceTransformer | SparseEncoder) -> int:
+    """The length of the model's vectors: a SPLADE model's vocabulary (SpladePooling knows it only after a forward
+    pass, and says the hidden size before), a dense model's embedding dimension."""
+    if isinstance(model, SparseEncoder):
+        return int(model[0].auto_model.get_output_embeddings().out_features)
+    return int(model.get_embedding_dimension())
+
+
 def onnx_config(model: SentenceTransformer | SparseEncoder, quantized: bool) -> dict:
     tokenizer = model.tokenizer
     sparse = isinstance(model, SparseEncoder)
@@ -159,7 +167,7 @@ def onnx_config(model: SentenceTransformer | SparseEncoder, quantized: bool) -> 
         "model_file": MODEL_FILE,
         "int8_model_file": INT8_MODEL_FILE if quantized else None,
         "output_name": OUTPUT_NAME,
-        "dimension": int(model.get_embedding_dimension()),
+        "dimension": vector_width(model),
         "max_seq_length": model.max_seq_length,
         "pad_token": tokenizer.pad_token,
         "pad_token_id": tokenizer.pad_token_id,

@@ -1,0 +1,57 @@
+"""The BM25 distillation teacher (`--teacher bm25`): it scores the (query, document) pairs it is given, with the
+scores BM25 search gives the same documents, and its memory does not grow with the number of queries."""
+
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from training.evaluation.collection import load_collection
+from training.evaluation.retrievers import BM25Retriever
+from training.finetuning.teachers import BM25Teacher
+
+
+@pytest.fixture(scope="module")
+def train(scifact_slice):
+    return load_collection(str(scifact_slice), "train")
+
+
+def test_each_pair_scores_what_bm25_search_gives_that_document_for_that_query(train):
+    """Pairs in mixed order, queries repeated, and a document outside the query's top 5 (scored, not dropped)."""
+    search = BM25Retriever(show_progress_bar=False)
+    search.index(train.corpus)
+    queries = dict(list(train.queries.items())[:6])
+    run = search.search(queries, top_k=len(train.corpus))
+    pairs = []
+    for query_id, scores in run.items():
+        ranked = sorted(scores.items(), key=lambda item: -item[1])
+        pairs += [(queries[query_id], document_id, score) for document_id, score in ranked[:4] + ranked[20:21]]
+    order = np.random.default_rng(0).permutation(len(pairs))
+    pairs = [pairs[position] for position in order]
+
+    teacher = BM25Teacher(train.corpus)
+    found = teacher.score([query for query, _, _ in pairs], [train.corpus[document_id] for _, document_id, _ in pairs])
+
+    np.testing.assert_allclose(found, [score for _, _, score in pairs], rtol=1e-6)
+    assert len({query for query, _, _ in pairs}) == 6 and (found > 0).all()
+
+
+def test_memory_does_not_grow_with_the_number_of_queries(train):
+    """A corpus of 20,000 passages: one corpus-length score vector is 80 KB. Keeping one per distinct query would
+    need 8 MB more for 100 queries than for 10."""
+    texts = list(train.corpus.values())
+    corpus = {f"d{number}": f"{texts[number % len(texts)]} variant {number}" for number in range(20_000)}
+    teacher = BM25Teacher(corpus)
+    documents = list(corpus.values())
+    all_queries = [f"{query} {number}" for number, query in enumerate(list(train.queries.values()) * 4)][:100]
+
+    def peak_bytes(queries: list[str]) -> int:
+        tracemalloc.start()
+        teacher.score(queries, documents[: len(queries)])
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        return peak
+
+    few, many = peak_bytes(all_queries[:10]), peak_bytes(all_queries)
+
+    assert many < few + 1_000_000, (few, many)

@@ -58,6 +58,14 @@ def run_script(main: Callable[[list[str]], int], argv: list) -> None:
         sys.exit(f"a benchmark step failed (exit status {status}): {' '.join(map(str, argv))}")
 
 
+RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+
+
+def recipe(name: str) -> list[str]:
+    """The flags that run the named recipe file (recipes/NAME.yaml): benchmarks run the recipes users run."""
+    return ["--config", str(RECIPES / f"{name}.yaml")]
+
+
 def precision_flags() -> list[str]:
     """bf16 where it is fast: a CUDA GPU that supports it, or a CPU with AVX512-BF16 (elsewhere on a CPU bf16
     is emulated and ~25x slower, so fp32 is kept)."""

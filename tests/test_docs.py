@@ -8,7 +8,10 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-PAGES = [REPO_ROOT / "README.md", REPO_ROOT / "benchmarks" / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
+PAGES = [
+    REPO_ROOT / "README.md", REPO_ROOT / "benchmarks" / "README.md", REPO_ROOT / "recipes" / "README.md",
+    *sorted((REPO_ROOT / "docs").glob("*.md")),
+]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 HEADING = re.compile(r"^(#{1,6})\s+(.*)$")
 FIGURE = re.compile(r"\d+\.\d+")

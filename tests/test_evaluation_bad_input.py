@@ -201,6 +201,33 @@ def test_output_json_in_a_missing_folder(collection, tmp_path, capsys):
     assert message == f"error: --output_json {target}: its folder does not exist; give a file path in an existing folder."
 
 
+def test_output_json_that_cannot_be_written_is_refused_before_the_evaluation(collection, tmp_path, capsys):
+    target = "/proc/results.json"  # a folder not even root can write in
+
+    message = error_of(capsys, ["bm25", "--data_dir", collection, "--output_json", target], tmp_path)
+
+    assert message.startswith(f"error: --output_json {target}: cannot be written (")
+    assert message.endswith("Choose another file.")
+
+
+def test_save_runs_where_nothing_can_be_written_is_refused_before_the_evaluation(collection, tmp_path, capsys):
+    message = error_of(capsys, ["bm25", "--data_dir", collection, "--save_runs", "/proc/runs"], tmp_path)
+
+    assert message.startswith("error: --save_runs /proc/runs: cannot write in /proc (")
+
+
+def test_queries_that_share_no_word_with_the_corpus_score_zero_with_a_warning(tmp_path, capsys, caplog):
+    """Not bad input, but the retriever finds nothing at all: ranx cannot rank an empty run and raised."""
+    collection = write_collection(
+        tmp_path / "collection", CORPUS, [{"_id": "q1", "text": "zebra"}, {"_id": "q2", "text": "quasar"}], JUDGMENTS
+    )
+
+    assert evaluate(["bm25", "--data_dir", collection, "--output_json", tmp_path / "results.json"]) == 0
+
+    assert "| `bm25` | 0.000 | 0.000 | 0.000 | 0.000 |" in capsys.readouterr().out
+    assert "bm25 found no document for any of the 2 queries" in caplog.text
+
+
 @pytest.mark.slow
 def test_script_prints_one_paragraph_without_traceback_and_exits_2(collection, tmp_path):
     (collection / "qrels" / "test.tsv").unlink()

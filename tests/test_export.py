@@ -90,3 +90,20 @@ def test_export_refuses_a_non_empty_output_folder_unless_told_to_overwrite(tiny_
     assert "the folder is not empty (notes.txt)" in capsys.readouterr().err
     assert export([str(tiny_seed_dir), "--output_dir", str(out), "--overwrite_output_dir"]) == 0
     assert not (out / "notes.txt").exists() and (out / "config.json").is_file()
+
+
+@pytest.mark.parametrize("where", ["a file", "a folder nothing can be written in"])
+def test_export_refuses_an_output_dir_it_cannot_write_before_any_work(tiny_seed_dir, tmp_path, capsys, where):
+    if where == "a file":
+        out = tmp_path / "notes.txt"
+        out.write_text("mine")
+        expected = f"error: --output_dir {out}: is a file. Choose a folder."
+    else:
+        out = Path("/proc/seed-bert")  # not even root writes there
+        expected = "error: --output_dir /proc/seed-bert: cannot write in /proc ("
+
+    assert export([str(tiny_seed_dir), "--output_dir", str(out)]) == 2
+
+    error = capsys.readouterr().err
+    assert error.startswith(expected) and "Traceback" not in error
+    assert where == "a folder nothing can be written in" or out.read_text() == "mine"

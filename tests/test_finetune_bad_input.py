@@ -148,3 +148,35 @@ def test_an_unpunctuated_corpus_asked_for_sentences_is_told_why_and_to_use_crops
     assert error.startswith("error: ") and "Traceback" not in stderr
     assert "no passage has a sentence end" in error and "--pseudo_queries crops" in error
     assert "larger --corpus_file" not in error
+
+
+@pytest.mark.parametrize(
+    "flag, value, requirement",
+    [("--learning_rate", "-1", "must be above 0"), ("--per_device_train_batch_size", "0", "must be at least 1"),
+     ("--adam_beta2", "1.5", "must be in [0, 1)")],
+)
+def test_a_value_the_optimizer_or_loader_would_reject_is_refused_before_the_start_is_evaluated(
+    capsys, out, scifact_slice, minilm_dir, flag, value, requirement
+):
+    """Found by the Trainer, it came after the start's metrics and examples were written, which then refused the
+    corrected rerun as "a different fine-tuning run"."""
+    argv = ["--model_name_or_path", minilm_dir, "--data_dir", scifact_slice, "--output_dir", out, *TINY_FINETUNE]
+    assert finetune([*argv, flag, value]) == 2  # after TINY_FINETUNE's values, which it overrides
+
+    error = capsys.readouterr().err
+    assert not out.exists() and "Traceback" not in error
+    assert error.startswith(f"error: {flag} {float(value) if flag != '--per_device_train_batch_size' else value}")
+    assert requirement in error
+
+
+def test_titled_records_whose_texts_are_all_empty_are_told_so(capsys, out, tiny_seed_dir, tmp_path):
+    """Records with empty text were dropped without a word, and the run advised a larger corpus or crops."""
+    corpus = tmp_path / "titles-only.jsonl"
+    corpus.write_text("".join(
+        json.dumps({"_id": str(index), "title": f"Protein {index} folds in yeast", "text": ""}) + "\n" for index in range(30)
+    ))
+
+    error = refused(capsys, out, ["--model_name_or_path", tiny_seed_dir, "--corpus_file", corpus, "--pseudo_queries", "titles"])
+
+    assert f"--corpus_file {corpus}: every record's 'text' is empty (30 records)" in error
+    assert "--text_column" in error and "crops" not in error and "larger" not in error

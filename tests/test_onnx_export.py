@@ -112,6 +112,15 @@ def test_the_folder_holds_what_a_loader_needs_and_both_axes_are_dynamic(dense_ex
 
 
 @pytest.mark.slow
+def test_every_layers_attention_runs_as_one_onnxruntime_kernel(dense_export, sparse_export):
+    """Traced from eager attention, which onnxruntime fuses (1.4x faster on 2 cores); torch's SDPA trace it does not."""
+    for folder, layers in ((dense_export, 6), (sparse_export, 2)):
+        for model_file in ("model.onnx", "model_int8.onnx"):
+            operators = [node.op_type for node in onnx.load(str(folder / model_file)).graph.node]
+            assert operators.count("Attention") + operators.count("QAttention") == layers, (folder.name, model_file)
+
+
+@pytest.mark.slow
 def test_the_int8_graphs_stay_close_to_fp32(dense_export, sparse_export):
     """One scale per weight channel: with one per matrix, the dense cosines fell to about 0.94."""
     for folder in (dense_export, sparse_export):

@@ -4,7 +4,7 @@
     python training/evaluate.py sparse:seed-encoder seed-encoder --data_dir DIR --pooling cls --output_json results.json
     python training/evaluate.py bm25 MODEL hybrid:bm25+MODEL --data_dir DIR --fusion score_sum --fusion_tune_split dev
 
-A single JSON or YAML file of arguments may be given instead of the retrievers and flags.
+`--config FILE` reads arguments from a YAML or JSON file (the retrievers too); flags beside it override them.
 """
 
 import logging

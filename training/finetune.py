@@ -5,8 +5,8 @@
         --negatives self --mining_rounds 2 --eval_split test
     accelerate launch --num_processes 2 --cpu training/finetune.py --data_dir ../shared/data/scifact --max_steps 20
 
-Every sentence-transformers / Trainer flag works (`--help` lists them after ours); a single JSON or
-YAML file of arguments may be given instead of flags.
+Every sentence-transformers / Trainer flag works (`--help` lists them after ours). `--config RECIPE` reads a recipe
+file (recipes/*.yaml) whose values the flags beside it override.
 """
 
 import sys

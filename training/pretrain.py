@@ -2,11 +2,11 @@
 
     accelerate launch training/pretrain.py                      # no arguments: seed-tiny on a built-in corpus
     accelerate launch training/pretrain.py --config_name seed-base --train_file corpus.txt --max_steps 100000
-    accelerate launch training/pretrain.py training/configs/seed_base_pretraining.yaml
+    accelerate launch training/pretrain.py --config recipes/pretrain_seed_base.yaml
     accelerate launch --num_processes 2 --cpu training/pretrain.py --max_steps 20
 
-Every `TrainingArguments` flag works (`--help` lists them after ours); a single JSON or YAML
-file of arguments may be given instead of flags.
+Every `TrainingArguments` flag works (`--help` lists them after ours). `--config RECIPE` reads a recipe file
+(recipes/*.yaml) whose values the flags beside it override.
 """
 
 import sys

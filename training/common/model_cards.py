@@ -30,3 +30,10 @@ def check_hub_model_id(value: str | None, flag: str) -> None:
             f"{flag} {value}: expected a Hub model id, such as sentence-transformers/all-MiniLM-L6-v2 (the starting "
             "checkpoint's name on the Hub). It goes into the card's base_model, where the Hub refuses local paths."
         )
+
+
+def recipe_of_run(config: str | None) -> dict | None:
+    """The recipe file a run's `--config` named, as its card shows it (path and text); None without one."""
+    if config is None:
+        return None
+    return {"path": config, "text": Path(config).read_text(encoding="utf-8").strip()}

@@ -148,6 +148,44 @@ def find_existing_run(output_dir: str) -> ExistingRun | None:
     )
 
 
+def check_export_dir(output_dir: str, overwrite_output_dir: bool) -> None:
+    """Refuse (InputError), before any work, an export's --output_dir that is a file, not empty (unless it is to be
+    overwritten), or cannot be written."""
+    target = Path(output_dir)
+    if target.exists() and not target.is_dir():
+        raise InputError(f"--output_dir {output_dir}: is a file. Choose a folder.")
+    leftovers = [entry for entry in folder_content(target) if entry.name != STAGING_DIR] if target.is_dir() else []
+    if leftovers and not overwrite_output_dir:
+        raise InputError(
+            f"--output_dir {output_dir}: the folder is not empty ({', '.join(sorted(p.name for p in leftovers)[:5])}). "
+            "Choose another --output_dir, or pass --overwrite_output_dir to replace its contents."
+        )
+    check_writable_folder(target, "--output_dir")
+
+
+def check_writable_folder(folder: Path, flag: str) -> None:
+    """Refuse (InputError) a folder that cannot be made or written in (read-only, or below a file), before any work."""
+    existing = next(parent for parent in (folder, *folder.parents) if parent.exists())
+    try:
+        probe = existing / f".write-test-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as error:
+        raise InputError(f"{flag} {folder}: cannot write in {existing} ({error.strerror}). Choose another folder.") from None
+
+
+def check_writable_file(path: Path, flag: str) -> None:
+    """Refuse (InputError) a file that cannot be written, before the work whose results it is to hold."""
+    existed = path.exists()
+    try:
+        with open(path, "a"):
+            pass
+    except OSError as error:
+        raise InputError(f"{flag} {path}: cannot be written ({error.strerror}). Choose another file.") from None
+    if not existed:
+        path.unlink()
+
+
 def clear_output_dir(output_dir: str) -> None:
     folder = Path(output_dir)
     if folder.is_dir():

@@ -8,6 +8,7 @@ import bm25s
 import Stemmer
 
 from ..common.errors import InputError
+from ..common.output_dir import check_writable_file, check_writable_folder
 from .embedding_cache import default_cache_dir
 from .metrics import DEFAULT_METRICS
 
@@ -135,5 +136,8 @@ class EvaluationArguments:
                     f"--output_json {path}: {'is a folder' if path.is_dir() else 'its folder does not exist'}; "
                     "give a file path in an existing folder."
                 )
+            check_writable_file(path, "--output_json")
         if self.save_runs is not None and Path(self.save_runs).exists() and not Path(self.save_runs).is_dir():
             raise InputError(f"--save_runs {self.save_runs}: a file, not a folder; give a folder for the run files.")
+        if self.save_runs is not None:
+            check_writable_folder(Path(self.save_runs), "--save_runs")

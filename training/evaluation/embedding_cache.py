@@ -78,14 +78,18 @@ def cached_embeddings(path: Path | None, rows: int, encode: Callable[[], Embeddi
     embeddings = encode()
     if path is not None:
         save_embeddings(path, embeddings)
+        if not sparse.issparse(embeddings):
+            return load_embeddings(path, rows), False  # the file, mapped: the encoded copy is freed on return
     return embeddings, False
 
 
 def load_embeddings(path: Path, rows: int) -> Embeddings | None:
-    """The cached embeddings (a CSR matrix from a `.npz` file), or None when absent or not `rows` long."""
+    """The cached embeddings, or None when absent or not `rows` long: a CSR matrix from a `.npz` file, or a dense
+    matrix memory-mapped read-only from a `.npy` file (pages are read as they are used, and the operating system may
+    drop them again, so a corpus's matrix need not fit in memory beside the index built from it)."""
     if not path.is_file():
         return None
-    embeddings = sparse.load_npz(path).tocsr() if path.suffix == ".npz" else np.load(path)
+    embeddings = sparse.load_npz(path).tocsr() if path.suffix == ".npz" else np.load(path, mmap_mode="r")
     return embeddings if embeddings.shape[0] == rows else None
 
 

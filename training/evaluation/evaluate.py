@@ -1,11 +1,14 @@
 """One retriever on one collection split: index, search, score. The same function serves the command line, the
 fine-tuning evaluator and the benchmarks."""
 
+import logging
 from dataclasses import dataclass
 
 from .collection import Collection
 from .metrics import DEFAULT_METRICS, compute_metrics
 from .retrievers.base import Retriever, Run
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -24,6 +27,11 @@ def evaluate_retriever(
     for the `top_k` best documents each, and score the run against its judgments."""
     retriever.index(collection.corpus)
     run = retriever.search(collection.queries, top_k)
+    if collection.queries and not any(run.values()):
+        logger.warning(
+            "%s found no document for any of the %d queries of %s (for BM25: no query shares a word with the corpus), "
+            "so every metric is 0.", retriever.name, len(collection.queries), collection.name,
+        )
     return EvaluationResult(
         name=retriever.name,
         metrics=compute_metrics(collection.qrels, run, metrics),

@@ -35,6 +35,8 @@ def compute_metrics(
     qrels: dict[str, dict[str, int]], run: dict[str, dict[str, float]], metrics=DEFAULT_METRICS
 ) -> dict[str, float]:
     """Each metric averaged over the queries of `qrels`; a query the run leaves out scores 0."""
+    if not any(run.values()):  # ranx cannot rank a run without a single document (it raises)
+        return {metric: 0.0 for metric in metrics}
     scored = _ranx_evaluate(qrels, run, metrics)
     return {metric: float(scored.mean_scores[metric]) for metric in metrics}
 
@@ -42,5 +44,7 @@ def compute_metrics(
 def per_query_metric(qrels: dict[str, dict[str, int]], run: dict[str, dict[str, float]], metric: str) -> dict[str, float]:
     """`metric` of each query of `qrels` (query id -> value; 0 where the run leaves the query out): what a paired
     comparison of two retrievers on the same queries resamples."""
+    if not any(run.values()):
+        return {query_id: 0.0 for query_id in qrels}
     scores = _ranx_evaluate(qrels, run, (metric,)).scores[metric]
     return {query_id: float(scores[query_id]) for query_id in qrels}

@@ -7,8 +7,10 @@ from pathlib import Path
 from sentence_transformers import SentenceTransformerTrainingArguments, SparseEncoderTrainingArguments
 from sentence_transformers.base.sampler import BatchSamplers
 
+from ..common.cli import recipe_file_field
 from ..common.errors import InputError
 from ..common.model_cards import check_hub_model_id
+from ..common.trainer_values import check_trainer_values
 from ..evaluation.embedding_cache import default_cache_dir
 from .pseudo_queries import CROPS, PSEUDO_QUERY_KINDS, TITLES
 
@@ -26,6 +28,8 @@ DISTILLATION_LOSSES = ("margin_mse", "kl")
 
 @dataclass
 class FinetuningModelArguments:
+    _argument_group_name = "model: the start, its pooling and lengths, SPLADE, the card"  # its --help heading
+
     model_name_or_path: str = field(
         default="seed-encoder",
         metadata={
@@ -124,6 +128,8 @@ class FinetuningModelArguments:
 
 @dataclass
 class FinetuningDataArguments:
+    _argument_group_name = "data: judged collections, pairs, or a corpus for label-free pseudo-queries"  # its --help heading
+
     data_dir: str | None = field(
         default=None,
         metadata={
@@ -253,6 +259,8 @@ class FinetuningDataArguments:
 
 @dataclass
 class RecipeArguments:
+    _argument_group_name = "recipe: negatives, rounds, teachers and distillation"  # its --help heading
+
     negatives: str = field(
         default="self",
         metadata={
@@ -358,6 +366,9 @@ class SeedFinetuningArguments(SentenceTransformerTrainingArguments, SparseEncode
     Both trainers accept it (neither class adds fields to their common base), so dense and sparse runs
     parse the same flags."""
 
+    _argument_group_name = "training: the Trainer's and sentence-transformers' flags (with our defaults)"  # its --help heading
+
+    config: str | None = recipe_file_field()
     output_dir: str = field(
         default="seed-encoder-st",
         metadata={"help": "Where rounds, checkpoints and the final SentenceTransformer are written."},
@@ -400,3 +411,7 @@ class SeedFinetuningArguments(SentenceTransformerTrainingArguments, SparseEncode
         default=BatchSamplers.NO_DUPLICATES,
         metadata={"help": "no_duplicates keeps a text from appearing twice in a batch, where it would be its own negative."},
     )
+
+    def __post_init__(self):
+        check_trainer_values(self)
+        super().__post_init__()

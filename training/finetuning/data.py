@@ -6,6 +6,7 @@ passages of a corpus, each making one pseudo-query (crops, a sentence, a title: 
 """
 
 import hashlib
+import logging
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,8 @@ from ..common.errors import InputError
 from ..common.json_lines import json_lines
 from ..evaluation.collection import Collection, load_collection
 from .pseudo_queries import CROPS, LEADS, MIN_CROP_WORDS, SENTENCE_END, SENTENCES, TITLES, describe_kinds, pseudo_pair
+
+logger = logging.getLogger(__name__)
 
 DEV_SPLIT = "dev"
 PAIR_FIELDS = ("query", "positive")
@@ -167,7 +170,7 @@ def training_set_from_pairs(path: str, dev_fraction: float, max_train_queries: i
 
 def titled_passages(files: list[str], text_column: str, title_column: str) -> tuple[list[str], list[str | None]]:
     """(texts, titles) of JSON-lines corpus files, blank texts left out; a record without a title has None."""
-    texts, titles = [], []
+    texts, titles, blank = [], [], 0
     for name in files:
         path = Path(name)
         if file_format(path, "--corpus_file") != "json":
@@ -185,6 +188,16 @@ def titled_passages(files: list[str], text_column: str, title_column: str) -> tu
             if text.strip():
                 texts.append(text)
                 titles.append(title)
+            else:
+                blank += 1
+    if blank and not texts:
+        raise InputError(
+            f"--corpus_file {', '.join(files)}: every record's {text_column!r} is empty ({blank} records). A title makes "
+            f"the pseudo-query and the record's text is the document it must find, so records need texts. Pass a "
+            f"corpus whose records have them, or name the field that holds them with --text_column."
+        )
+    if blank:
+        logger.warning("--corpus_file: %d of %d records have an empty %r and are left out.", blank, blank + len(texts), text_column)
     return texts, titles
 
 

@@ -11,7 +11,7 @@ from huggingface_hub import metadata_load
 from jinja2 import Template
 from sentence_transformers.sparse_encoder.losses import CachedSpladeLoss, SpladeLoss
 
-from ..common.model_cards import model_card_template
+from ..common.model_cards import model_card_template, recipe_of_run
 from ..evaluation.collection import Collection
 from .arguments import OWN_SCALE, SIMILARITY_SCALE
 from .data import TrainingSet
@@ -191,6 +191,7 @@ def write_model_card(
         lengths=lengths,
         kept_start=best is None,
         command=shlex.join(sys.argv),
+        recipe_file=recipe_of_run(training_args.config),
     )
     card = folder / "README.md"
     existing = card.read_text(encoding="utf-8") if card.is_file() else ""

@@ -27,6 +27,9 @@ import onnxruntime
 from tokenizers import Tokenizer
 
 CONFIG_FILE = "onnx_config.json"
+# Texts a batch by default. A SPLADE graph holds [batch, length, vocabulary] logits, so it runs fastest in small
+# batches: splade-tiny on 2 cores, 128 SciFact abstracts, 34 documents a second at 4, 30 at 1, 17 at 16.
+DEFAULT_BATCH_SIZE = {"dense": 32, "sparse": 4}
 
 
 class OnnxEncoder:
@@ -53,12 +56,17 @@ class OnnxEncoder:
     def sparse(self) -> bool:
         return self.config["kind"] == "sparse"
 
-    def encode(self, texts: list[str], prompt: str = "", batch_size: int = 32):
+    def encode(self, texts: list[str], prompt: str = "", batch_size: int | None = None):
         """Dense: a float32 array [texts, dimension]. Sparse: a list of (token ids, weights) arrays, one per text,
         the non-zero entries of its vocabulary-sized vector. `prompt` is prefixed to every text."""
+        batch_size = batch_size or DEFAULT_BATCH_SIZE[self.config["kind"]]
+        # Longest first, as sentence-transformers orders them: each batch pads to lengths close to its own, where
+        # taking texts as they come pads short ones to a long neighbour's length (2.4x slower on SciFact abstracts).
+        order = np.argsort([-len(text) for text in texts], kind="stable")
         vectors = []
         for start in range(0, len(texts), batch_size):
-            encodings = self.tokenizer.encode_batch([prompt + text for text in texts[start:start + batch_size]])
+            batch_texts = [prompt + texts[index] for index in order[start:start + batch_size]]
+            encodings = self.tokenizer.encode_batch(batch_texts)
             inputs = {
                 "input_ids": np.array([encoding.ids for encoding in encodings], dtype=np.int64),
                 "attention_mask": np.array([encoding.attention_mask for encoding in encodings], dtype=np.int64),
@@ -69,12 +77,15 @@ class OnnxEncoder:
                 vectors += [(np.flatnonzero(row), row[row != 0]) for row in batch]
             else:
                 vectors.append(batch)
+        restore = np.argsort(order)
         if self.sparse:
-            return vectors
-        return np.concatenate(vectors) if vectors else np.zeros((0, self.config["dimension"]), dtype=np.float32)
+            return [vectors[index] for index in restore]
+        if not vectors:
+            return np.zeros((0, self.config["dimension"]), dtype=np.float32)
+        return np.concatenate(vectors)[restore]
 
-    def encode_query(self, texts: list[str], batch_size: int = 32):
+    def encode_query(self, texts: list[str], batch_size: int | None = None):
         return self.encode(texts, self.config["query_prompt"], batch_size)
 
-    def encode_document(self, texts: list[str], batch_size: int = 32):
+    def encode_document(self, texts: list[str], batch_size: int | None = None):
         return self.encode(texts, self.config["document_prompt"], batch_size)

@@ -10,17 +10,20 @@
   vocabulary logits before the max ([batch, length, vocabulary]: 1 GB at 32 texts of 256 tokens with BERT's vocabulary),
   so sparse batches are kept small.
 
-The folder holds `model.onnx` (fp32, dynamic batch and sequence axes), `model_int8.onnx` with `--quantize int8`
+The graph is traced with eager attention and rewritten with onnxruntime's transformer fusions (its own operators:
+the graph is for onnxruntime). The folder holds `model.onnx` (fp32, dynamic batch and sequence axes), `model_int8.onnx` with `--quantize int8`
 (onnxruntime's dynamic quantisation: int8 weights, activations quantised per batch), the tokenizer, `onnx_config.json`
 (kind, max length, prompts, pad token, output name) and `onnx_encoder.py`, the loader that needs only onnxruntime,
 tokenizers and numpy. Before the folder is published, the fp32 graph encodes a few texts (one longer than the max
 length) and its vectors are compared with the model's own.
 """
 
+import io
 import json
 import logging
 import shutil
 import warnings
+from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +33,7 @@ from sentence_transformers.sentence_transformer.modules import Dense, Normalize,
 
 from ..common.errors import InputError
 from ..common.models import load_sentence_transformer, load_sparse_encoder, model_kind, split_model_spec
-from ..common.output_dir import STAGING_DIR, clear_output_dir, folder_content, publish_final_model, staging_dir
+from ..common.output_dir import check_export_dir, clear_output_dir, publish_final_model, staging_dir
 from ..common.sparse_encoding import DOCUMENT_PROMPT_NAMES, has_standard_splade_form
 from . import encoder as onnx_encoder
 
@@ -43,6 +46,8 @@ OUTPUT_NAME = "sentence_embedding"
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 OPSET = 18
 QUANTIZATIONS = ("int8",)
+# The architectures onnxruntime's BERT fusions recognise.
+FUSABLE_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "electra")
 # The largest difference from the model's own vectors that the export accepts (fp32 rounding is ~1e-7).
 TOLERANCE = 1e-4
 DENSE_MODULES = (Transformer, Pooling, Dense, Normalize)
@@ -109,15 +114,41 @@ def resolved_prompt(model: SentenceTransformer | SparseEncoder, names: tuple[str
 
 
 class VectorGraph(torch.nn.Module):
-    """The model's module chain from token ids to its `sentence_embedding`: what the ONNX graph computes."""
+    """The model's module chain from token ids to its `sentence_embedding`: what the ONNX graph computes.
+
+    A SPLADE model's pooling is computed in an equal but cheaper order: the max over tokens of log(1 + ReLU(logit))
+    is log(1 + ReLU(max logit)), as both functions are non-decreasing, so the graph takes the max of the [batch, length,
+    vocabulary] logits first and activates only [batch, vocabulary] values (SpladePooling activates every logit:
+    two more passes over the largest tensor of the graph)."""
 
     def __init__(self, model: SentenceTransformer | SparseEncoder):
         super().__init__()
         self.model = model
+        self.sparse = isinstance(model, SparseEncoder)
 
     def forward(self, input_ids, attention_mask, token_type_ids):
         features = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
-        return self.model(features)[OUTPUT_NAME]
+        if not self.sparse:
+            return self.model(features)[OUTPUT_NAME]
+        transformer, pooling = self.model
+        logits = transformer(features)["token_embeddings"]
+        # Padding's logits become 0, as SpladePooling makes them; after ReLU a real token's are never below 0.
+        maxima = (logits * attention_mask.unsqueeze(-1).to(logits.dtype)).amax(dim=1)
+        vectors = torch.log1p(torch.relu(maxima))
+        return torch.log1p(vectors) if pooling.activation_function == "log1p_relu" else vectors
+
+
+@contextmanager
+def eager_attention(model: SentenceTransformer | SparseEncoder):
+    """The transformer with transformers' eager attention while it is traced: onnxruntime fuses that graph into its
+    Attention kernels, not the one torch's scaled_dot_product_attention traces to."""
+    transformer = model[0].auto_model
+    implementation = transformer.config._attn_implementation
+    transformer.set_attn_implementation("eager")
+    try:
+        yield
+    finally:
+        transformer.set_attn_implementation(implementation)
 
 
 def export_graph(model: SentenceTransformer | SparseEncoder, path: Path) -> None:
@@ -127,7 +158,7 @@ def export_graph(model: SentenceTransformer | SparseEncoder, path: Path) -> None
     BertForMaskedLM graph at the example's length, so SPLADE graphs would take one text length only."""
     example = model.preprocess(list(CHECK_TEXTS[:2]))
     axes = {name: {0: "batch", 1: "sequence"} for name in INPUT_NAMES} | {OUTPUT_NAME: {0: "batch"}}
-    with torch.no_grad(), warnings.catch_warnings():
+    with torch.no_grad(), eager_attention(model), warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=DeprecationWarning, message=".*TorchScript-based ONNX export")
         torch.onnx.export(
             VectorGraph(model).eval(), tuple(example[name] for name in INPUT_NAMES), str(path),
@@ -136,19 +167,51 @@ def export_graph(model: SentenceTransformer | SparseEncoder, path: Path) -> None
         )
 
 
+def fuse_transformer_layers(model: SentenceTransformer | SparseEncoder, path: Path) -> dict[str, int]:
+    """Rewrite the graph at `path` with onnxruntime's transformer fusions (attention, embedding + LayerNorm, bias +
+    GELU, residual + LayerNorm as single kernels) where the model is of the BERT family they know; returns how many
+    of each were fused (none for another architecture, whose graph stays as exported). On all-MiniLM-L6-v2 this made
+    fp32 encoding 1.4x faster on 2 cores, vectors within 2e-7. The fused kernels are onnxruntime's own operators
+    (domain com.microsoft): the graph runs on onnxruntime, as fastembed's and our loader's do."""
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    config = model[0].auto_model.config
+    if config.model_type not in FUSABLE_MODEL_TYPES:
+        return {}
+    # Quiet: its note (printed and logged) that symbolic shape inference failed; the fusions do not need it.
+    with quiet_root_logger(), redirect_stdout(io.StringIO()):
+        fused = optimize_model(
+            str(path), model_type="bert", num_heads=config.num_attention_heads, hidden_size=config.hidden_size,
+            opt_level=1,
+        )
+    fused.save_model_to_file(str(path))
+    return {name: count for name, count in fused.get_fused_operator_statistics().items() if count}
+
+
+@contextmanager
+def quiet_root_logger():
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        root.setLevel(level)
+
+
 def quantize_int8(source: Path, target: Path) -> None:
     """onnxruntime's dynamic quantisation: int8 weights for the matrix products, one scale per output channel, and
     activations quantised per batch. One scale per weight matrix (its default) moved all-MiniLM-L6-v2's vectors to a
     mean cosine of 0.936 with fp32's on 128 SciFact abstracts; one per channel, to 0.995 at the same speed."""
+    import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)  # its advice to pre-process the graph first: tried, it changed neither vectors nor speed
-    try:
-        quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8, per_channel=True)
-    finally:
-        root.setLevel(level)
+    with quiet_root_logger():  # its advice to pre-process the graph first: tried, it changed neither vectors nor speed
+        # A fused graph's outputs of onnxruntime's own operators have no ONNX type to infer: they are float.
+        quantize_dynamic(
+            str(source), str(target), weight_type=QuantType.QInt8, per_channel=True,
+            extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
+        )
 
 
 def vector_width(model: SentenceTransformer | SparseEncoder) -> int:
@@ -195,26 +258,6 @@ def onnx_vectors(folder: Path, texts: list[str], quantized: bool = False) -> np.
     return dense
 
 
-def check_output_dir(output_dir: str, overwrite_output_dir: bool) -> None:
-    """Refuse (InputError), before any work, an --output_dir that is a file, not empty, or cannot be written."""
-    target = Path(output_dir)
-    if target.exists() and not target.is_dir():
-        raise InputError(f"--output_dir {output_dir}: is a file. Choose a folder.")
-    leftovers = [entry for entry in folder_content(target) if entry.name != STAGING_DIR] if target.is_dir() else []
-    if leftovers and not overwrite_output_dir:
-        raise InputError(
-            f"--output_dir {output_dir}: the folder is not empty ({', '.join(sorted(p.name for p in leftovers)[:5])}). "
-            "Choose another --output_dir, or pass --overwrite_output_dir to replace its contents."
-        )
-    existing = next(parent for parent in (target, *target.parents) if parent.exists())
-    try:
-        probe = existing / f".write-test-{id(target)}"
-        probe.touch()
-        probe.unlink()
-    except OSError as error:
-        raise InputError(f"--output_dir {output_dir}: cannot write in {existing} ({error.strerror}). Choose another folder.") from None
-
-
 def export_onnx(spec: str, output_dir: str, quantize: str | None = None, overwrite_output_dir: bool = False) -> float:
     """Write the retriever `spec` names to `output_dir` as ONNX (see the module's docstring); every input is checked
     before anything is written, and the folder appears whole or not at all. Returns the largest absolute difference
@@ -224,7 +267,7 @@ def export_onnx(spec: str, output_dir: str, quantize: str | None = None, overwri
     form, path = split_model_spec(spec)
     if Path(output_dir).resolve() == Path(path).resolve():
         raise InputError(f"--output_dir {output_dir}: is the model folder itself. Choose another folder.")
-    check_output_dir(output_dir, overwrite_output_dir)
+    check_export_dir(output_dir, overwrite_output_dir)
     model = load_retriever(spec)
     check_exportable(model, spec)
     model.to("cpu")
@@ -235,6 +278,8 @@ def export_onnx(spec: str, output_dir: str, quantize: str | None = None, overwri
     shutil.rmtree(staged, ignore_errors=True)
     staged.mkdir(parents=True)
     export_graph(model, staged / MODEL_FILE)
+    fused = fuse_transformer_layers(model, staged / MODEL_FILE)
+    logger.info("Fused for onnxruntime: %s", ", ".join(f"{count} {name}" for name, count in fused.items()) or "nothing")
     if quantize == "int8":
         quantize_int8(staged / MODEL_FILE, staged / INT8_MODEL_FILE)
     model.tokenizer.save_pretrained(staged)

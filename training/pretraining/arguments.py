@@ -4,7 +4,9 @@ from dataclasses import dataclass, field
 
 from transformers import TrainingArguments
 
+from ..common.cli import recipe_file_field
 from ..common.model_cards import check_hub_model_id
+from ..common.trainer_values import RULES, check_trainer_values
 from .presets import PRESETS
 
 # A fresh decoder behind an already trained encoder learns too slowly at the encoder's gentle rate. Measured from
@@ -27,6 +29,8 @@ BUNDLED_CORPUS_SAMPLING, DEFAULT_SAMPLING = "group_by_length", "random"
 
 @dataclass
 class ModelArguments:
+    _argument_group_name = "model: shape, weak decoder, warm start, tokenizer"  # its --help heading
+
     config_name: str | None = field(
         default=None,
         metadata={
@@ -103,6 +107,8 @@ class ModelArguments:
 
 @dataclass
 class DataArguments:
+    _argument_group_name = "data: corpus files, lengths, masking"  # its --help heading
+
     train_file: list[str] | None = field(
         default=None,
         metadata={
@@ -150,6 +156,9 @@ class DataArguments:
 class SeedPretrainingArguments(TrainingArguments):
     """`TrainingArguments` with defaults for SEED pretraining; every Trainer flag still applies."""
 
+    _argument_group_name = "training: the Trainer's flags (with our defaults) and the decoder's learning rate"  # its --help heading
+
+    config: str | None = recipe_file_field()
     output_dir: str = field(
         default="seed-encoder",
         metadata={"help": "Where checkpoints and the final model (loadable with AutoModel) are written."},
@@ -232,3 +241,7 @@ class SeedPretrainingArguments(TrainingArguments):
         default=False,
         metadata={"help": "Keep the tokenized columns the masking collator needs (special_tokens_mask, offsets)."},
     )
+
+    def __post_init__(self):
+        check_trainer_values(self, RULES | {"decoder_learning_rate": ("above 0", lambda value: value > 0)})
+        super().__post_init__()

@@ -14,7 +14,7 @@ from ..common.errors import InputError
 from ..common.model_cards import model_card_template
 from ..common.models import load_sentence_transformer, model_kind, transformer_config
 from ..common.serving import add_serving_fields
-from ..common.output_dir import STAGING_DIR, clear_output_dir, folder_content, publish_final_model, staging_dir
+from ..common.output_dir import check_export_dir, clear_output_dir, publish_final_model, staging_dir
 
 TEMPLATE = "plain_bert_export.md"
 # The MLM head's weights: a SEED folder saved without them (an encoder alone) has nothing to export as a masked LM.
@@ -88,12 +88,7 @@ def export_plain_bert(seed_folder: str, output_dir: str, overwrite_output_dir: b
     target = Path(output_dir)
     if target.resolve() == Path(seed_folder).resolve():
         raise InputError(f"--output_dir {output_dir}: is the SEED folder itself. Choose another folder.")
-    leftovers = [entry for entry in folder_content(target) if entry.name != STAGING_DIR] if target.is_dir() else []
-    if leftovers and not overwrite_output_dir:
-        raise InputError(
-            f"--output_dir {output_dir}: the folder is not empty ({', '.join(sorted(p.name for p in leftovers)[:5])}). "
-            "Choose another --output_dir, or pass --overwrite_output_dir to replace its contents."
-        )
+    check_export_dir(output_dir, overwrite_output_dir)
     if sentence_transformer:
         # Pre-trained from a SentenceTransformer (e.g. adapted all-MiniLM-L6-v2): a retriever with the start's modules.
         retriever = load_sentence_transformer(seed_folder)  # its encoder as plain BertModel

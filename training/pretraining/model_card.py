@@ -7,7 +7,7 @@ from pathlib import Path
 
 from huggingface_hub import ModelCard, ModelCardData
 
-from ..common.model_cards import model_card_template
+from ..common.model_cards import model_card_template, recipe_of_run
 from .trainer import EVAL_TERMS, LOSS_TERMS
 
 TEMPLATE = "seed_encoder.md"
@@ -107,4 +107,5 @@ def render_model_card(
         train_runtime=train_metrics.get("train_runtime"),
         loss_rows=loss_rows,
         command=shlex.join(command if command is not None else sys.argv),
+        recipe_file=recipe_of_run(training_args.config),
     )

@@ -10,6 +10,7 @@ from ..embedding_cache import cached_embeddings, model_cache_file
 from .base import Retriever, Run, run_from_top_k
 
 SEARCH_CHUNK = 1024  # queries per faiss call (one progress step)
+ADD_CHUNK = 16384  # documents added to the index at a time: 24 MiB of fp32 at 384 dimensions
 
 
 class DenseRetriever(Retriever):
@@ -51,8 +52,8 @@ class DenseRetriever(Retriever):
         return encode(texts, batch_size=self.batch_size, show_progress_bar=self.show_progress_bar, convert_to_numpy=True)
 
     def _vectors(self, embeddings: np.ndarray) -> np.ndarray:
-        """The vectors searched by inner product: L2-normalised for a cosine model."""
-        vectors = np.ascontiguousarray(embeddings, dtype=np.float32)
+        """The vectors searched by inner product, a new array: L2-normalised for a cosine model."""
+        vectors = np.array(embeddings, dtype=np.float32, order="C")  # a copy: the cached matrix is read-only
         if self.model.similarity_fn_name == "cosine":
             faiss.normalize_L2(vectors)
         return vectors
@@ -66,9 +67,12 @@ class DenseRetriever(Retriever):
         return embeddings
 
     def _build_index(self, corpus: dict[str, str]) -> None:
-        vectors = self._vectors(self._document_embeddings(corpus))
-        self._index = faiss.IndexFlatIP(vectors.shape[1])
-        self._index.add(vectors)
+        """The flat index of the corpus' vectors, added a chunk at a time from the (memory-mapped) embeddings, so that
+        building it holds the index and one chunk, not a second whole matrix beside it."""
+        embeddings = self._document_embeddings(corpus)
+        self._index = faiss.IndexFlatIP(embeddings.shape[1])
+        for start in range(0, len(embeddings), ADD_CHUNK):
+            self._index.add(self._vectors(embeddings[start : start + ADD_CHUNK]))
 
     def _search(self, queries: dict[str, str], top_k: int) -> Run:
         vectors = self._vectors(self._embeddings(self.model.encode_query, list(queries.values())))

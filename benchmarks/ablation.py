@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from harness import ResultStore, dense_retriever, precision_flags, run_script, sparse_retriever
+from benchmarks.harness import ResultStore, dense_retriever, precision_flags, run_script, sparse_retriever
 from training import finetune, pretrain
 from training.common.errors import InputError
 from training.evaluation.collection import load_collection

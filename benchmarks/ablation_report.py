@@ -4,8 +4,8 @@ deviations of its per-seed difference."""
 
 from collections.abc import Callable
 
-from ablation import METRICS, MLM_ONLY, PRETRAINING, SEED, START, STRONG_DECODER, ZERO_SHOT, Arm
-from harness import markdown_table, mean_and_std, mean_std
+from benchmarks.ablation import METRICS, MLM_ONLY, PRETRAINING, SEED, START, STRONG_DECODER, ZERO_SHOT, Arm
+from benchmarks.harness import markdown_table, mean_and_std, mean_std
 
 METRIC_NAMES = {"ndcg@10": "nDCG@10", "recall@100": "R@100"}
 CURVE_POINTS = ("first", "middle", "last")

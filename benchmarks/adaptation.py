@@ -34,8 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
-from adaptation_arms import BY_KEY, START, AdaptationArm
-from harness import ResultStore, dense_retriever, precision_flags, run_script
+from benchmarks.adaptation_arms import BY_KEY, START, AdaptationArm
+from benchmarks.harness import ResultStore, dense_retriever, precision_flags, run_script
 from training import finetune, pretrain
 from training.common.corpus import check_train_files
 from training.evaluation.collection import Collection, load_collection
@@ -48,7 +48,7 @@ from training.finetuning.pseudo_queries import SENTENCES, TITLES
 from training.finetuning.rounds import EXAMPLES_FILE, MODEL_DIR, RoundPlan, per_query_file
 from training.finetuning.starts import CANDIDATE_STARTS_FILE, best_round, best_start
 from training.pretraining.arguments import WARM_START_DECODER_LR_FACTOR
-from tsdae import train_tsdae
+from benchmarks.tsdae import train_tsdae
 
 METRICS = ("ndcg@10", "recall@100")
 ZERO_SHOT = "zero-shot"

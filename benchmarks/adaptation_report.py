@@ -2,15 +2,15 @@
 each arm's mean ± sd over seeds, the claims as paired per-seed differences (holding only beyond 2 sd), what the recipe
 publishes against the start, and how well the pseudo-dev agrees with the evaluation split."""
 
-from ablation_report import verdict
-from adaptation import ADAPTATION, PSEUDO_DEV, ZERO_SHOT, few_shot_label
-from adaptation_arms import (
+from benchmarks.ablation_report import verdict
+from benchmarks.adaptation import ADAPTATION, PSEUDO_DEV, ZERO_SHOT, few_shot_label
+from benchmarks.adaptation_arms import (
     ANCHOR_WEIGHTS, ANCHORED_THEN_PSEUDO_LABELS, BY_KEY, DECODER_ANCHORED, DECODER_ANCHORED_FAST, FAST_DECODER_RATE,
     FOUR_NEGATIVES_ARM, LEADS_FOUR_NEGATIVES_ARM, OWN_NEGATIVES_ARM, SPARSE_TEACHER_ARM, TITLES_FOUR_NEGATIVES_ARM,
     TITLES_JUDGED_ON_SENTENCES, anchored_key,
 )
-from harness import markdown_table, mean_and_std, mean_std
-from proxy_agreement import NEVER_LOSES_MARGIN, PUBLISHED, never_loses, proxy_agreement
+from benchmarks.harness import markdown_table, mean_and_std, mean_std
+from benchmarks.proxy_agreement import NEVER_LOSES_MARGIN, PUBLISHED, never_loses, proxy_agreement
 
 SHORT_NAMES = {
     "rrf": "RRF of BM25 and the start", "mlm": "MLM only", "tsdae": "TSDAE", "strong-decoder": "strong decoder",

@@ -7,7 +7,7 @@ either the fixed pairs in turn or fresh crops of the training passages for every
 Every `--eval_every` steps it prints the dev nDCG@10 and the mean pairwise cosine of the dev documents' vectors,
 with the norm of their mean vector and the rms spread around it (a collapsed [CLS] is a large mean and no spread).
 
-    python benchmarks/crop_pairs.py --model seed-encoder --steps 500 --fresh_crops
+    python -m benchmarks.crop_pairs --model seed-encoder --steps 500 --fresh_crops
 """
 
 import argparse
@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 
-from harness import limit_threads
+from benchmarks.harness import limit_threads
 from training.common.corpus import embedded_corpus_passages
 from training.common.models import load_sentence_transformer
 from training.evaluation.evaluate import evaluate_retriever

@@ -14,7 +14,7 @@ collection and their macro average. Zero-shot rows of every seed and collection 
 interrupted run, rerun with the same command, continues where it stopped; a work folder made with another budget is
 refused.
 
-    python benchmarks/domain_adaptation.py --data_dir ../shared/data/scifact \
+    python -m benchmarks.domain_adaptation --data_dir ../shared/data/scifact \
         --pubmedqa_pairs ../shared/data/pubmedqa/pairs.jsonl --budget cpu --output_json adaptation.json
 """
 
@@ -24,14 +24,14 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from adaptation import (
+from benchmarks.adaptation import (
     ADAPTATION, BUDGETS, PSEUDO_DEV, ZERO_SHOT, Adaptation, AdaptationBudget, few_shot_label, settings_of,
 )
-from adaptation_arms import ARMS, BY_KEY, SPARSE_TEACHER_ARM, START
-from adaptation_report import macro_average, section
-from harness import ResultStore, limit_threads
-from proxy_agreement import with_published
-from pubmedqa_collection import build_pubmedqa_collection
+from benchmarks.adaptation_arms import ARMS, BY_KEY, SPARSE_TEACHER_ARM, START
+from benchmarks.adaptation_report import macro_average, section
+from benchmarks.harness import ResultStore, limit_threads
+from benchmarks.proxy_agreement import with_published
+from benchmarks.pubmedqa_collection import build_pubmedqa_collection
 from training.common.cli import exit_status
 from training.common.errors import InputError
 from training.finetuning.teachers import teacher_kind

@@ -10,7 +10,7 @@
 
 Contenders run in turn within each round, so that load from other processes hits them alike.
 
-    python benchmarks/evaluation_speed.py --sparse_model path/to/seed-folder
+    python -m benchmarks.evaluation_speed --sparse_model path/to/seed-folder
 """
 
 import argparse
@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from scipy import sparse
 
-from harness import interleaved_seconds, ratio_cell
+from benchmarks.harness import interleaved_seconds, ratio_cell
 from training.common.models import load_sentence_transformer, load_sparse_encoder
 from training.common.sparse_encoding import to_csr
 from training.evaluation.collection import load_collection

@@ -11,7 +11,7 @@
    training steps' own time. Target <= 1.3x at the defaults. The run's embedding cache is in the work folder, so a
    fresh work folder measures a first run (the start encoded too), not one whose start another run has encoded.
 
-    python benchmarks/finetune_throughput.py --data_dir ../shared/data/scifact --pipeline_flags "--max_train_queries 160"
+    python -m benchmarks.finetune_throughput --data_dir ../shared/data/scifact --pipeline_flags "--max_train_queries 160"
 """
 
 import argparse
@@ -25,7 +25,7 @@ import torch
 from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments
 from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 
-from harness import interleaved_seconds, limit_threads, markdown_table, ratio_cell, run_script
+from benchmarks.harness import interleaved_seconds, limit_threads, markdown_table, ratio_cell, run_script
 from training import finetune
 from training.common.timing import PhaseTimer, TrainingStepTimer, breakdown_lines
 from training.evaluation.retrievers import BM25Retriever

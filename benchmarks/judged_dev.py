@@ -9,7 +9,7 @@ Beside them, the decision the run's own pseudo-dev made under each rule (read fr
 
 Both models are evaluated at the length the run published at (the start's own), as a user serves them.
 
-    python benchmarks/judged_dev.py --data_dir ../shared/data/scifact --start $MINILM --run scifact-pseudo-labels
+    python -m benchmarks.judged_dev --data_dir ../shared/data/scifact --start $MINILM --run scifact-pseudo-labels
 """
 
 import argparse
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness import markdown_table
+from benchmarks.harness import markdown_table
 from training.common.models import load_sentence_transformer
 from training.evaluation.collection import load_collection
 from training.evaluation.embedding_cache import default_cache_dir

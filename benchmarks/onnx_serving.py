@@ -7,7 +7,7 @@ Speed is measured on the corpus's first `--documents` abstracts, the three encod
 `--rounds` rounds; torch and onnxruntime each get `--num_threads` threads. The models are exported into a temporary
 folder first (`training/export.py --onnx --quantize int8`).
 
-    python benchmarks/onnx_serving.py --dense $MINILM --sparse sparse:../shared/models/splade-tiny \\
+    python -m benchmarks.onnx_serving --dense $MINILM --sparse sparse:../shared/models/splade-tiny \\
         --data_dir ../shared/data/scifact
 """
 
@@ -21,7 +21,7 @@ import torch
 from scipy import sparse as scipy_sparse
 from sentence_transformers import SparseEncoder
 
-from harness import interleaved_seconds, limit_threads, markdown_table, ratio_cell
+from benchmarks.harness import interleaved_seconds, limit_threads, markdown_table, ratio_cell
 from training.common.sparse_encoding import encode_sparse
 from training.evaluation.collection import load_collection
 from training.evaluation.metrics import compute_metrics

@@ -11,10 +11,10 @@ seeds: mean ± standard deviation; then whether each of the paper's claims holds
 table per --data_dir, and their macro average. An interrupted table, rerun with the same command, continues where
 it stopped.
 
-    python benchmarks/paper_table.py --data_dir ../shared/data/scifact --from ../shared/models/splade-tiny \
+    python -m benchmarks.paper_table --data_dir ../shared/data/scifact --from ../shared/models/splade-tiny \
         --budget cpu-warm --output_json table.json
-    python benchmarks/paper_table.py --data_dir ../shared/data/scifact --budget cpu-hour
-    python benchmarks/paper_table.py --data_dir DIR --data_dir DIR2 --from path/to/all-MiniLM-L6-v2 --budget gpu-hour --sweep
+    python -m benchmarks.paper_table --data_dir ../shared/data/scifact --budget cpu-hour
+    python -m benchmarks.paper_table --data_dir DIR --data_dir DIR2 --from path/to/all-MiniLM-L6-v2 --budget gpu-hour --sweep
 """
 
 import argparse
@@ -24,9 +24,9 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from ablation import BUDGETS, SCRATCH, Ablation, evaluations, select_arms
-from ablation_report import claims, claims_markdown, curve_plots, macro_average, markdown, summarise
-from harness import limit_threads
+from benchmarks.ablation import BUDGETS, SCRATCH, Ablation, evaluations, select_arms
+from benchmarks.ablation_report import claims, claims_markdown, curve_plots, macro_average, markdown, summarise
+from benchmarks.harness import limit_threads
 from training.common.cli import exit_status
 from training.common.errors import InputError
 

@@ -16,7 +16,7 @@ texts (SciFact abstracts by default). Their embeddings must agree; encoding is t
 Targets (from the issue): SEED >= 0.8x BertForMaskedLM tokens/s in training, SEED peak memory
 <= BertForMaskedLM's, and SEED >= 1.0x BertModel texts/s in inference.
 
-    python benchmarks/pretrain_throughput.py --output_json outputs/pretrain_throughput.json
+    python -m benchmarks.pretrain_throughput --output_json outputs/pretrain_throughput.json
 """
 
 import argparse

@@ -11,9 +11,9 @@ import statistics
 
 from scipy.stats import kendalltau
 
-from adaptation import ADAPTATION, PSEUDO_DEV, ZERO_SHOT
-from adaptation_arms import BY_KEY, START
-from harness import markdown_table
+from benchmarks.adaptation import ADAPTATION, PSEUDO_DEV, ZERO_SHOT
+from benchmarks.adaptation_arms import BY_KEY, START
+from benchmarks.harness import markdown_table
 
 PUBLISHED = "published"
 METRIC = "ndcg@10"

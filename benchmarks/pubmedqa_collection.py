@@ -3,7 +3,7 @@ the abstracts the corpus, and each question judges its own abstract relevant. Th
 shuffle of the pairs (sorted by PubMed id first, so the file's order does not matter) puts the first half in
 qrels/test.tsv (500 queries of the 1,000 pairs) and the rest in qrels/train.tsv (the few-shot queries).
 
-    python benchmarks/pubmedqa_collection.py ../shared/data/pubmedqa/pairs.jsonl pubmedqa
+    python -m benchmarks.pubmedqa_collection ../shared/data/pubmedqa/pairs.jsonl pubmedqa
 """
 
 import argparse

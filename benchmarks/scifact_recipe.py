@@ -24,14 +24,14 @@ Test-set numbers are never used to choose anything. Wall time is a row's own tra
 An interrupted benchmark, rerun with the same command, continues where it stopped. `--skip_seed_rows` leaves
 out rows 4, 6 and 7 (the hybrids then take row 3's model).
 
-    python benchmarks/scifact_recipe.py --data_dir ../shared/data/scifact --minilm_dir PATH/TO/all-MiniLM-L6-v2
+    python -m benchmarks.scifact_recipe --data_dir ../shared/data/scifact --minilm_dir PATH/TO/all-MiniLM-L6-v2
 """
 
 import argparse
 import json
 from pathlib import Path
 
-from harness import (
+from benchmarks.harness import (
     ResultStore, dense_retriever, limit_threads, markdown_table, precision_flags, recipe, run_script, sparse_retriever,
 )
 from training import finetune, pretrain

@@ -7,7 +7,7 @@ difference <= 1e-4, same active dimensions).
 Model FLOPs count 2 x (the weights of every linear layer, the vocabulary projection included) per real token, the
 tokens of padding and the attention scores left out, so the fraction is of useful work.
 
-    python benchmarks/sparse_encoding.py --model ../shared/models/splade-tiny --num_threads 2
+    python -m benchmarks.sparse_encoding --model ../shared/models/splade-tiny --num_threads 2
 """
 
 import argparse
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from harness import interleaved_seconds, limit_threads, markdown_table, ratio_cell
+from benchmarks.harness import interleaved_seconds, limit_threads, markdown_table, ratio_cell
 from training.common.models import load_sparse_encoder
 from training.common.sparse_encoding import encode_sparse, to_csr
 

@@ -6,7 +6,7 @@ AdamW step, on SciFact training triples (query, its judged abstract, another abs
 
 Before timing, one step of each with dropout off checks that both compute the same loss and gradients.
 
-    python benchmarks/sparse_training_step.py --model ../shared/models/splade-tiny --num_threads 2
+    python -m benchmarks.sparse_training_step --model ../shared/models/splade-tiny --num_threads 2
 """
 
 import argparse
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from harness import interleaved_seconds, limit_threads, markdown_table, ratio_cell
+from benchmarks.harness import interleaved_seconds, limit_threads, markdown_table, ratio_cell
 from training.common.models import load_sparse_encoder
 from training.common.sparse_encoding import tiled_splade_training
 from training.evaluation.collection import load_collection

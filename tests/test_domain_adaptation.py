@@ -14,17 +14,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from benchmarks.pubmedqa_collection import build_pubmedqa_collection
+from benchmarks.tsdae import delete_words
 from pretrain_helpers import subprocess_env, weights
+from training.common.errors import InputError
+from training.finetuning.pseudo_queries import split_sentences
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BENCHMARK = REPO_ROOT / "benchmarks" / "domain_adaptation.py"
-sys.path.insert(0, str(BENCHMARK.parent))  # the benchmarks import one another by module name, as scripts do
-
-from pubmedqa_collection import build_pubmedqa_collection  # noqa: E402
-from tsdae import delete_words  # noqa: E402
-
-from training.common.errors import InputError  # noqa: E402
-from training.finetuning.pseudo_queries import split_sentences  # noqa: E402
 
 PRETRAINING_ARMS = (
     "mlm", "tsdae", "seed", "seed-warm-heads", "seed-anchored-10", "seed-anchored-100", "strong-decoder", "decoder-only",

@@ -25,7 +25,6 @@ from training.finetuning.data import training_set_from_beir
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PAPER_TABLE = REPO_ROOT / "benchmarks" / "paper_table.py"
-sys.path.insert(0, str(PAPER_TABLE.parent))  # the benchmarks import one another by module name, as scripts do
 ARMS = {"mlm-only": (None, None), "decoder-3-span-2": (3, 2), "decoder-3-span-full": (3, None)}
 FEW_SHOT = ("8",)
 KINDS = ("dense", "sparse")
@@ -265,7 +264,7 @@ def test_a_warm_work_folder_refuses_other_settings_and_the_warm_budget_refuses_s
 
 
 def test_a_claim_holds_only_beyond_two_standard_deviations_of_its_per_seed_differences():
-    from ablation_report import verdict
+    from benchmarks.ablation_report import verdict
 
     assert verdict([0.05, 0.06]) == "holds beyond 2 sd"  # mean 0.055, sd 0.007
     assert verdict([0.05, 0.02]) == "within 2 sd: not shown"  # mean 0.035, sd 0.021: above 1 sd, not 2
@@ -274,7 +273,7 @@ def test_a_claim_holds_only_beyond_two_standard_deviations_of_its_per_seed_diffe
 
 
 def test_the_macro_average_is_the_mean_over_collections_seed_by_seed():
-    from ablation_report import macro_average
+    from benchmarks.ablation_report import macro_average
 
     def results(ndcg: float, curve: list[float]) -> dict:
         return {"decoder-3-span-2": {1: {

@@ -1,14 +1,9 @@
 """`benchmarks/proxy_agreement.py`: what the label-free recipe publishes (the trained model only where the pseudo-dev
 says it beats the start), whether that ever loses on the judgments, and how well the pseudo-dev ranks the arms."""
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # the benchmarks import one another by name
-
-from proxy_agreement import PUBLISHED, never_loses, proxy_agreement, seed_agreement, with_published  # noqa: E402
+from benchmarks.proxy_agreement import PUBLISHED, never_loses, proxy_agreement, seed_agreement, with_published
 
 
 def steps(pseudo_dev: float, test: float, **adaptation) -> dict:
@@ -98,8 +93,8 @@ def test_with_fewer_than_two_trained_models_the_agreement_is_said_to_be_unmeasur
 def test_the_macro_averages_guard_table_leaves_the_kept_count_blank_rather_than_none_kept():
     """The start is kept or not per collection: over collections there is no one yes/no to count, so the macro
     table says nothing there, where it used to count SEED as never keeping the start although it kept it everywhere."""
-    from adaptation_arms import BY_KEY
-    from adaptation_report import macro_average, section
+    from benchmarks.adaptation_arms import BY_KEY
+    from benchmarks.adaptation_report import macro_average, section
 
     collection = with_published({"start": {1: steps(0.60, 0.64)}, "seed": {1: steps(0.50, 0.58)}})  # keeps the start
     macro = macro_average([collection, collection])

@@ -1,0 +1,3 @@
+"""Side-by-side measurements of the package's pipelines, each printing a table; the record is benchmarks/README.md.
+
+Run each as a module from the repository root: `python -m benchmarks.scifact_recipe --help`."""

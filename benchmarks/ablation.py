@@ -32,7 +32,7 @@ from training.common.errors import InputError
 from training.evaluation.collection import load_collection
 from training.evaluation.evaluate import evaluate_retriever
 from training.common.corpus import check_train_files, load_raw_corpus
-from training.pretraining.model_card import LOSS_PLOT
+from training.pretraining.model_card import loss_curves_plot
 from training.pretraining.tokenizer import train_wordpiece_tokenizer
 
 SCRATCH = "scratch"
@@ -374,5 +374,5 @@ def pretraining_metrics(output_dir: Path) -> dict:
         **{name: results.get(f"eval_{name}") for name in PRETRAINING_METRICS},
         "cls_information_curve": first_middle_last(curve("eval_cls_information")),
         "first_decoder_loss": decoder_losses[0] if decoder_losses else None,
-        "plot": str(output_dir / LOSS_PLOT),
+        "plot": str(loss_curves_plot(output_dir)),
     }

@@ -43,10 +43,9 @@ from training.evaluation.evaluate import evaluate_retriever
 from training.evaluation.retrievers import BM25Retriever, HybridRetriever
 from training.finetuning.arguments import FinetuningDataArguments
 from training.finetuning.data import titled_passages
-from training.finetuning.pipeline import RUN_FILE, START_METRICS_FILE, STATE_DIR, load_training_set
+from training.finetuning.pipeline import load_training_set
 from training.finetuning.pseudo_queries import SENTENCES, TITLES
-from training.finetuning.rounds import EXAMPLES_FILE, MODEL_DIR, RoundPlan, per_query_file
-from training.finetuning.starts import CANDIDATE_STARTS_FILE, best_round, best_start
+from training.finetuning.run_folder import FinetuningRun
 from training.pretraining.arguments import WARM_START_DECODER_LR_FACTOR
 from benchmarks.tsdae import train_tsdae
 
@@ -62,7 +61,6 @@ PSEUDO_DEV_KIND = SENTENCES
 # a cross-encoder, none of which installs offline), each standardised, on the student's own scale (the label-free
 # default); negatives mined by the arm's source (BM25, one a pseudo-query, unless it says otherwise); one round.
 PSEUDO_LABEL_RECIPE = ("--mining_rounds", "1")
-PSEUDO_LABEL_ROUND = Path(STATE_DIR) / "round-1"
 
 
 @dataclass(frozen=True)
@@ -166,7 +164,7 @@ class Adaptation:
     def model_dir(self, arm: AdaptationArm, seed: int) -> Path:
         """The arm's trained model (a pseudo-label run's round, whether or not the run published it over its start)."""
         if arm.distils:
-            return self.folder(arm, seed) / "adapted" / PSEUDO_LABEL_ROUND / MODEL_DIR
+            return FinetuningRun(self.folder(arm, seed) / "adapted").round(1).model_dir
         return self.folder(arm, seed) / "adapted" if arm.adapts else self.start
 
     def key(self, arm: AdaptationArm, seed: int | None, step: str) -> str:
@@ -329,22 +327,17 @@ def distillation_metrics(output_dir: Path) -> dict:
     its teacher scored the source passage above the mined negative (how much the pseudo-labels say beyond the
     pseudo-query's own passage), its training loss, and, where it had candidate starts, whether it trained the one it
     was given (another arm's model) rather than the start."""
-    start = json.loads((output_dir / STATE_DIR / START_METRICS_FILE).read_text())
-    start_per_query = json.loads(per_query_file(output_dir / STATE_DIR / START_METRICS_FILE).read_text())
-    trained = RoundPlan(1, output_dir / PSEUDO_LABEL_ROUND)
-    metric = next(name for name in start if name.endswith("ndcg@10"))
+    run = FinetuningRun(output_dir)
+    trained, metric = run.round(1), run.primary_metric
     losses = [entry["loss"] for entry in trained.log_history() if "loss" in entry]
-    scores = np.asarray(json.loads((trained.folder / EXAMPLES_FILE).read_text())["scores"])
-    candidates_file = output_dir / STATE_DIR / CANDIDATE_STARTS_FILE
+    scores = np.asarray(run.round_examples(1)["scores"])
     candidates = {}
-    if candidates_file.is_file():
-        start_scores = json.loads(candidates_file.read_text())
-        given = json.loads((output_dir / STATE_DIR / RUN_FILE).read_text())["model"]["model_name_or_path"]
-        candidates = {"trained_the_given_start": best_start(list(start_scores), start_scores, metric) == given}
+    if run.candidate_starts_dev_metrics is not None:
+        candidates = {"trained_the_given_start": run.trained_start == run.arguments["model"]["model_name_or_path"]}
     return {
         **candidates,
-        "own_pseudo_dev_start": start[metric], "own_pseudo_dev_round": trained.dev_metrics()[metric],
-        "kept_start": best_round([trained], start_per_query, metric) is None,  # the run's own rule
+        "own_pseudo_dev_start": run.start_dev_metrics[metric], "own_pseudo_dev_round": trained.dev_metrics()[metric],
+        "kept_start": run.published_round is None,  # the run's own rule
         "teacher_prefers_source": float(np.mean(scores[:, 0] > scores[:, 1:].max(axis=1))),
         "first_loss": losses[0] if losses else None, "train_loss": losses[-1] if losses else None,
     }

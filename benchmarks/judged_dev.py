@@ -23,8 +23,7 @@ from training.common.models import load_sentence_transformer
 from training.evaluation.collection import load_collection
 from training.evaluation.embedding_cache import default_cache_dir
 from training.evaluation.evaluator import RetrievalEvaluator
-from training.finetuning.pipeline import START_METRICS_FILE, STATE_DIR
-from training.finetuning.rounds import RoundPlan, per_query_file
+from training.finetuning.run_folder import FinetuningRun
 from training.finetuning.starts import gain_interval
 
 SIZES = (10, 25, 50, 100, 200, 400)
@@ -79,7 +78,8 @@ def main(argv: list[str] | None = None) -> dict:
     run = Path(args.run)
     length = json.loads((run / "sentence_bert_config.json").read_text())["max_seq_length"]
     start = load_sentence_transformer(args.start)
-    trained = load_sentence_transformer(str(RoundPlan(1, run / STATE_DIR / "round-1").model_dir))
+    finetuning = FinetuningRun(run)
+    trained = load_sentence_transformer(str(finetuning.round(1).model_dir))
     scores = {
         (name, split): per_query_scores(model, args.data_dir, split, length)
         for name, model in (("start", start), ("round", trained)) for split in (args.pool_split, args.test_split)
@@ -88,8 +88,7 @@ def main(argv: list[str] | None = None) -> dict:
                       - np.mean(list(scores["start", args.test_split].values())))
     publish_is_right = test_gain > 0
     pseudo_dev = decisions(
-        RoundPlan(1, run / STATE_DIR / "round-1").dev_per_query(),
-        json.loads(per_query_file(run / STATE_DIR / START_METRICS_FILE).read_text()),
+        finetuning.round(1).dev_per_query(), finetuning.start_dev_per_query,
     )
     pool_round, pool_start = scores["round", args.pool_split], scores["start", args.pool_split]
     pool_gain = float(np.mean(list(pool_round.values())) - np.mean(list(pool_start.values())))

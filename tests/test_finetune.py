@@ -27,7 +27,9 @@ from pretrain_helpers import max_abs_difference, weights
 from training.common.models import load_sentence_transformer
 from training.evaluation.collection import load_collection
 from training.evaluation.retrievers import dense
+from training.common.errors import InputError
 from training.finetuning.data import training_set_from_beir
+from training.finetuning.run_folder import FinetuningRun
 
 
 @pytest.fixture(scope="module")
@@ -145,3 +147,18 @@ def test_card_names_base_model_language_licence_and_data_and_shows_dev_queries_w
         assert example["sentences"][0] in judged_texts[example["source_sentence"]]
         assert len(example["sentences"]) == 3 and set(example["sentences"]) <= documents
 
+
+
+def test_the_run_reader_names_the_round_the_card_says_was_published(self_mined):
+    run = FinetuningRun(self_mined)
+
+    published = run.published_round
+    assert (published.number if published else None) == published_round(self_mined)
+    assert [plan.number for plan in run.rounds] == [1, 2]
+    assert run.round(2).dev_metrics() == json.loads((round_dir(self_mined, 2) / "dev_metrics.json").read_text())
+    assert len(run.round_examples(1)["examples"]) > 0
+
+
+def test_the_run_reader_refuses_a_folder_that_holds_no_run(tmp_path):
+    with pytest.raises(InputError, match="not the --output_dir of a fine-tuning run"):
+        FinetuningRun(tmp_path)

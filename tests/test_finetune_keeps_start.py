@@ -23,6 +23,7 @@ from training.finetuning.data import training_set_from_beir
 from training.finetuning.model_card import fill_card_data
 from training.finetuning.starts import best_round, gain_interval
 from training.finetuning.rounds import DEV_METRICS_FILE, RoundPlan, per_query_file
+from training.finetuning.run_folder import FinetuningRun
 from training.finetuning.starts import best_start
 
 
@@ -232,3 +233,14 @@ def test_the_start_is_the_best_of_the_candidates_on_dev_and_the_one_given_on_a_t
     metrics = {path: {"dev_ndcg@10": score} for path, score in zip(paths, scores)}
 
     assert best_start(paths, metrics, "dev_ndcg@10") == chosen
+
+
+def test_the_run_reader_says_the_start_was_kept_and_gives_the_dev_metrics_it_was_decided_on(wrecked_run, minilm_dir):
+    out, _ = wrecked_run
+    run = FinetuningRun(out)
+
+    assert run.published_round is None
+    assert [plan.number for plan in run.rounds] == [1]
+    assert run.start_dev_metrics["dev_ndcg@10"] == dev_ndcg(out / "finetuning" / "start_dev_metrics.json")
+    assert run.round(1).dev_metrics()["dev_ndcg@10"] == dev_ndcg(round_dir(out, 1) / DEV_METRICS_FILE)
+    assert run.trained_start == str(minilm_dir) and run.arguments["recipe"]["mining_rounds"] == 1

@@ -69,7 +69,10 @@ from .families import RetrieverFamily, published_length, retriever_family, train
 from .fresh_crops import FreshCrops
 from .model_card import describe_recipe, fill_card_data, write_model_card
 from .pseudo_queries import TITLES
-from .rounds import DEV_METRICS_FILE, SAVING, RoundPlan, evaluated_once, prepare_examples, train_round, write_json_atomically
+from .rounds import (
+    DEV_METRICS_FILE, SAVING, RoundPlan, evaluated_once, prepare_examples, round_plan, train_round,
+    write_json_atomically,
+)
 from .starts import (
     CANDIDATE_STARTS_FILE, best_start, candidate_dev_metrics, compare_with_start, decision_line, start_choice_line,
 )
@@ -358,7 +361,7 @@ def finetune_in_rounds(
     start_path, model, start_metrics, start_per_query, start_choice = choose_start(
         family, model, model_args, evaluator, state_dir, training_args
     )
-    plans = [RoundPlan(number, state_dir / f"round-{number}") for number in range(1, recipe.mining_rounds + 1)]
+    plans = [round_plan(state_dir, number) for number in range(1, recipe.mining_rounds + 1)]
     train_rounds(family, model, model_args, recipe, training_args, training_set, plans, evaluator, start_path, timer)
     best, decision = choose_final_model(plans, start_per_query, evaluator.primary_metric, state_dir)
     final_model = family.load_as_served(start_path if best is None else str(best.model_dir), model_args)

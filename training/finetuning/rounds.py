@@ -46,6 +46,10 @@ class RoundPlan:
     def is_complete(self) -> bool:
         return (self.model_dir / FINISHED_MARKER).is_file()
 
+    @property
+    def is_evaluated(self) -> bool:
+        return (self.folder / DEV_METRICS_FILE).is_file()
+
     def dev_metrics(self) -> dict:
         return json.loads((self.folder / DEV_METRICS_FILE).read_text())
 
@@ -55,6 +59,11 @@ class RoundPlan:
 
     def log_history(self) -> list[dict]:
         return json.loads((self.folder / "trainer_state.json").read_text())["log_history"]
+
+
+def round_plan(state_dir: Path, number: int) -> RoundPlan:
+    """Round `number` of a run whose state is kept in `state_dir`."""
+    return RoundPlan(number, state_dir / f"round-{number}")
 
 
 def write_json_atomically(path: Path, value) -> None:

@@ -12,6 +12,11 @@ from .trainer import EVAL_TERMS, LOSS_TERMS
 
 TEMPLATE = "seed_encoder.md"
 LOSS_PLOT = "loss_curves.png"
+
+
+def loss_curves_plot(output_dir: str | Path) -> Path:
+    """Where a pre-training run's folder keeps the plot of its loss curves (its card shows it)."""
+    return Path(output_dir) / LOSS_PLOT
 TERM_COLORS = {"mlm_loss": "tab:blue", "decoder_loss": "tab:orange", "anchor_loss": "tab:red", "cls_information": "tab:green"}
 
 

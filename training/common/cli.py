@@ -67,7 +67,7 @@ def split_config(argv: list[str]) -> tuple[str | None, list[str]]:
         if "=" in argv[index]:
             return argv[index].split("=", 1)[1], argv[:index] + argv[index + 1:]
         if index + 1 == len(argv) or argv[index + 1].startswith("--"):
-            raise InputError(f"{CONFIG_FLAG}: expected a recipe file after it (YAML or JSON), e.g. recipes/README.md's.")
+            raise InputError(f"{CONFIG_FLAG}: expected a recipe file after it (YAML or JSON), e.g. {CONFIG_FLAG} recipes/finetune_dense_beir.yaml.")
         return argv[index + 1], argv[:index] + argv[index + 2:]
     if argv and argv[0].endswith(ARGUMENT_FILE_SUFFIXES) and not argv[0].startswith("-"):
         return argv[0], argv[1:]

@@ -11,8 +11,9 @@
   so sparse batches are kept small.
 
 The graph is traced with eager attention and rewritten with onnxruntime's transformer fusions (its own operators:
-the graph is for onnxruntime). The folder holds `model.onnx` (fp32, dynamic batch and sequence axes), `model_int8.onnx` with `--quantize int8`
-(onnxruntime's dynamic quantisation: int8 weights, activations quantised per batch), the tokenizer, `onnx_config.json`
+the graph is for onnxruntime). The folder holds `model.onnx` (fp32, dynamic batch and sequence axes),
+`model_int8.onnx` with `--quantize int8` (onnxruntime's dynamic quantisation: int8 weights, activations quantised per
+batch), the tokenizer, `onnx_config.json`
 (kind, max length, prompts, pad token, output name) and `onnx_encoder.py`, the loader that needs only onnxruntime,
 tokenizers and numpy. Before the folder is published, the fp32 graph encodes a few texts (one longer than the max
 length) and its vectors are compared with the model's own.

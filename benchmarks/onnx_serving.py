@@ -115,7 +115,8 @@ def measure(spec: str, folder: Path, collection, args) -> tuple[list[list], str]
             f"{ndcg_at_10(queries[name], documents[name], collection):.4f}",
         ])
     setup = (
-        f"{spec}: batch {args.batch_size} (torch) and {onnx_batch_size} (ONNX), max {model.max_seq_length} tokens, {args.num_threads} threads, "
+        f"{spec}: batch {args.batch_size} (torch) and {onnx_batch_size} (ONNX), max {model.max_seq_length} tokens, "
+        f"{args.num_threads} threads, "
         f"{len(sample)} abstracts x {args.rounds} rounds for speed, {len(corpus)} documents and "
         f"{len(collection.queries)} queries for nDCG@10"
     )

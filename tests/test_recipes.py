@@ -10,8 +10,9 @@ import yaml
 from transformers import HfArgumentParser
 
 from pretrain_helpers import TINY_MODEL, pretrain
-from training.common.cli import parse_arguments
+from training.common.cli import ArgumentParser, parse_arguments
 from training.common.errors import InputError
+from training.evaluation.arguments import EvaluationArguments
 from training.finetuning.arguments import (
     FinetuningDataArguments,
     FinetuningModelArguments,
@@ -120,3 +121,14 @@ def test_a_run_from_a_recipe_with_an_override_records_both(tmp_path, pretrain_li
     card = (out / "README.md").read_text()
     assert "schedule, seed 3" in card  # the file
     assert f"With the values of the recipe file `{recipe}`" in card and "decoder_num_layers: 2" in card
+
+
+def test_a_parser_reads_a_recipe_the_same_way_each_time_it_is_used(tmp_path):
+    """The --config option added for --help must not pass for a `config` field on the parser's next use."""
+    recipe = tmp_path / "evaluate.yaml"
+    recipe.write_text("retrievers: [bm25]\ntop_k: 1000\n")
+    parser = ArgumentParser(EvaluationArguments)
+
+    first, second = (parse_arguments(parser, ["--config", str(recipe), "--data_dir", str(tmp_path)]) for _ in range(2))
+
+    assert len(first) == len(second) == 1 and first[0].retrievers == second[0].retrievers == ["bm25"]

@@ -92,6 +92,17 @@ def read_arguments_file(path: str) -> dict:
     return values
 
 
+def command_line_words(value) -> list[str]:
+    """A recipe value as the words a flag takes: a list's items, a mapping as JSON, true/false for a boolean."""
+    if isinstance(value, list):
+        return [str(item) for item in value]
+    if isinstance(value, dict):
+        return [json.dumps(value)]
+    if isinstance(value, bool):
+        return [str(value).lower()]
+    return [str(value)]
+
+
 def as_flags(parser: HfArgumentParser, path: str, values: dict, argv: list[str]) -> list[str]:
     """`values` written as the command-line words that set them, leaving out those that `argv` sets itself: placed
     before `argv`, the file gives defaults and the flags override them. Positional values (e.g. evaluate.py's
@@ -111,9 +122,7 @@ def as_flags(parser: HfArgumentParser, path: str, values: dict, argv: list[str])
             raise InputError(f"{path}: names another recipe file ({value}); a recipe holds argument values only.")
         if value is None:
             raise InputError(f"{path}: {key!r} is null. Leave it out to keep its default, or give a value.")
-        words = [str(item) for item in value] if isinstance(value, list) else [
-            json.dumps(value) if isinstance(value, dict) else str(value).lower() if isinstance(value, bool) else str(value)
-        ]
+        words = command_line_words(value)
         if not action.option_strings:
             leading += [] if positional_given else words
         elif key not in given:
@@ -124,8 +133,10 @@ def as_flags(parser: HfArgumentParser, path: str, values: dict, argv: list[str])
 def parse_arguments(parser: HfArgumentParser, argv: list[str]) -> tuple:
     """The parser's dataclasses from flags, over the values of a recipe file when `--config FILE` names one (flags
     override the file's values; a lone YAML or JSON argument is read the same way)."""
-    config_field = any(CONFIG_FLAG in action.option_strings for action in parser._actions)
-    if not config_field:
+    # Whether the arguments keep the file's name: a dataclass field, not whether --config is among the parser's
+    # options (the one added below for --help would then count on the parser's next use).
+    config_field = any(field.name == CONFIG_FLAG.lstrip("-") for dtype in parser.dataclass_types for field in dataclasses.fields(dtype))
+    if not any(CONFIG_FLAG in action.option_strings for action in parser._actions):
         parser.add_argument(  # for --help; split_config takes it out of argv before argparse reads the rest
             CONFIG_FLAG, metavar="RECIPE", default=argparse.SUPPRESS,
             help="A recipe file (YAML or JSON, e.g. one of recipes/) that sets arguments; flags given beside it "

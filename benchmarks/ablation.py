@@ -29,9 +29,9 @@ from pathlib import Path
 from benchmarks.harness import ResultStore, dense_retriever, precision_flags, run_script, sparse_retriever
 from training import finetune, pretrain
 from training.common.errors import InputError
-from training.evaluation.collection import load_collection
+from training.data.collection import load_collection
 from training.evaluation.evaluate import evaluate_retriever
-from training.common.corpus import check_train_files, load_raw_corpus
+from training.data.corpus import check_train_files, load_raw_corpus
 from training.pretraining.model_card import loss_curves_plot
 from training.pretraining.tokenizer import train_wordpiece_tokenizer
 

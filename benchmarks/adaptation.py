@@ -37,8 +37,8 @@ import numpy as np
 from benchmarks.adaptation_arms import BY_KEY, START, AdaptationArm
 from benchmarks.harness import ResultStore, dense_retriever, precision_flags, run_script
 from training import finetune, pretrain
-from training.common.corpus import check_train_files
-from training.evaluation.collection import Collection, load_collection
+from training.data.corpus import check_train_files
+from training.data.collection import Collection, load_collection
 from training.evaluation.evaluate import evaluate_retriever
 from training.evaluation.retrievers import BM25Retriever, HybridRetriever
 from training.finetuning.arguments import FinetuningDataArguments

@@ -20,7 +20,7 @@ import torch
 from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 
 from benchmarks.harness import limit_threads
-from training.common.corpus import embedded_corpus_passages
+from training.data.corpus import embedded_corpus_passages
 from training.common.models import load_sentence_transformer
 from training.evaluation.evaluate import evaluate_retriever
 from training.evaluation.retrievers import DenseRetriever

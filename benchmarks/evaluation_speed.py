@@ -25,7 +25,7 @@ from scipy import sparse
 from benchmarks.harness import interleaved_seconds, ratio_cell
 from training.common.models import load_sentence_transformer, load_sparse_encoder
 from training.common.sparse_encoding import to_csr
-from training.evaluation.collection import load_collection
+from training.data.collection import load_collection
 from training.evaluation.retrievers import DenseRetriever, SparseRetriever
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -20,7 +20,7 @@ import numpy as np
 
 from benchmarks.harness import markdown_table
 from training.common.models import load_sentence_transformer
-from training.evaluation.collection import load_collection
+from training.data.collection import load_collection
 from training.evaluation.embedding_cache import default_cache_dir
 from training.evaluation.evaluator import RetrievalEvaluator
 from training.finetuning.run_folder import FinetuningRun

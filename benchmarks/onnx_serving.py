@@ -23,7 +23,7 @@ from sentence_transformers import SparseEncoder
 
 from benchmarks.harness import interleaved_seconds, limit_threads, markdown_table, ratio_cell
 from training.common.sparse_encoding import encode_sparse
-from training.evaluation.collection import load_collection
+from training.data.collection import load_collection
 from training.evaluation.metrics import compute_metrics
 from training.evaluation.retrievers.sparse import top_k_rows
 from training.onnx_serving.encoder import OnnxEncoder

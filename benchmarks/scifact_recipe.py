@@ -35,7 +35,7 @@ from benchmarks.harness import (
     ResultStore, dense_retriever, limit_threads, markdown_table, precision_flags, recipe, run_script, sparse_retriever,
 )
 from training import finetune, pretrain
-from training.evaluation.collection import load_collection
+from training.data.collection import load_collection
 from training.evaluation.evaluate import evaluate_retriever
 from training.evaluation.retrievers import BM25Retriever, HybridRetriever
 from training.finetuning.data import training_set_from_beir

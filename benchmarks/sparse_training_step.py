@@ -19,7 +19,7 @@ import torch
 from benchmarks.harness import interleaved_seconds, limit_threads, markdown_table, ratio_cell
 from training.common.models import load_sparse_encoder
 from training.common.sparse_encoding import tiled_splade_training
-from training.evaluation.collection import load_collection
+from training.data.collection import load_collection
 from training.finetuning.arguments import FinetuningModelArguments, RecipeArguments
 from training.finetuning.losses import SparseRegularisation, build_loss
 

@@ -15,7 +15,7 @@ from datasets import Dataset
 from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments
 from sentence_transformers.sentence_transformer.losses import DenoisingAutoEncoderLoss
 
-from training.common.corpus import load_raw_corpus
+from training.data.corpus import load_raw_corpus
 
 DELETION_PROBABILITY = 0.6
 

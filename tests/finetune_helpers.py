@@ -10,7 +10,7 @@ import torch
 
 from evaluation_helpers import read_judgments, write_qrels
 from plain_environment import run_in
-from training.evaluation.collection import load_collection
+from training.data.collection import load_collection
 from training.finetune import main
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -6,7 +6,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from training.evaluation.collection import load_collection
+from training.data.collection import load_collection
 from training.evaluation.retrievers import BM25Retriever
 from training.finetuning.teachers import BM25Teacher
 

@@ -1,6 +1,7 @@
-"""The documentation holds together: every relative link in README.md, docs/ and benchmarks/README.md reaches a file
-and, where it names one, a heading there; and every figure of README.md's headline table is found in the section of
-the measured record it links to, so the landing page cannot cite a number the record does not hold."""
+"""The documentation holds together: every relative link in README.md, docs/, benchmarks/README.md (the index of the
+measured record) and benchmarks/records/ (its one page a benchmark) reaches a file and, where it names one, a heading
+there; and every figure of README.md's headline table is found in the section of the measured record it links to, so
+the landing page cannot cite a number the record does not hold."""
 
 import re
 from pathlib import Path
@@ -10,7 +11,7 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PAGES = [
     REPO_ROOT / "README.md", REPO_ROOT / "benchmarks" / "README.md", REPO_ROOT / "recipes" / "README.md",
-    *sorted((REPO_ROOT / "docs").glob("*.md")),
+    *sorted((REPO_ROOT / "docs").glob("*.md")), *sorted((REPO_ROOT / "benchmarks" / "records").glob("*.md")),
 ]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 HEADING = re.compile(r"^(#{1,6})\s+(.*)$")

@@ -11,7 +11,7 @@ from ranx import Qrels, Run, evaluate as ranx_evaluate, fuse
 from evaluation_helpers import brute_force_ndcg_at_10, evaluate
 from training.common.models import load_sentence_transformer, load_sparse_encoder
 from training.evaluation.arguments import EvaluationArguments
-from training.evaluation.collection import load_collection
+from training.data.collection import load_collection
 from training.evaluation.evaluate import evaluate_retriever
 from training.evaluation.metrics import compute_metrics
 from training.evaluation.retrievers import BM25Retriever, DenseRetriever

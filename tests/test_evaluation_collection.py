@@ -4,7 +4,7 @@ import pytest
 
 from evaluation_helpers import read_jsonl, write_collection
 from training.common.errors import InputError
-from training.evaluation.collection import load_collection, load_corpus, load_qrels
+from training.data.collection import load_collection, load_corpus, load_qrels
 
 QUERIES = [{"_id": "q1", "text": "first"}, {"_id": "q2", "text": "second"}]
 

@@ -9,7 +9,7 @@ from math import log2
 import pytest
 
 from evaluation_helpers import write_collection
-from training.evaluation.collection import load_collection
+from training.data.collection import load_collection
 from training.evaluation.metrics import compute_metrics
 
 CORPUS = [{"_id": f"d{i}", "title": "", "text": f"document {i}"} for i in range(1, 7)]

@@ -14,7 +14,7 @@ import pytest
 from tokenizers import normalizers
 
 from training.common.models import load_sentence_transformer, load_sparse_encoder
-from training.evaluation.collection import load_collection
+from training.data.collection import load_collection
 from training.evaluation.embedding_cache import model_cache_file, save_embeddings
 from training.evaluation.retrievers import BM25Retriever, DenseRetriever, HybridRetriever, SparseRetriever, dense, sparse
 from training.evaluation.retrievers.base import corpus_fingerprint

@@ -10,7 +10,7 @@ and a second evaluation must read them instead of encoding the corpus again.
 import pytest
 
 from training.common.models import load_sentence_transformer
-from training.evaluation.collection import Collection, load_collection
+from training.data.collection import Collection, load_collection
 from training.evaluation.embedding_cache import weights_fingerprint
 from training.evaluation.evaluate import evaluate_retriever
 from training.evaluation.retrievers import BM25Retriever, DenseRetriever

@@ -19,7 +19,7 @@ from sentence_transformers.sparse_encoder.losses import SparseMultipleNegativesR
 
 from evaluation_helpers import brute_force_ndcg_at_10
 from training.common.models import load_sentence_transformer, load_sparse_encoder
-from training.evaluation.collection import load_collection
+from training.data.collection import load_collection
 from training.evaluation.evaluate import evaluate_retriever
 from training.evaluation.evaluator import RetrievalEvaluator
 from training.evaluation.retrievers import DenseRetriever, SparseRetriever

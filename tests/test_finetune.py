@@ -25,7 +25,7 @@ from finetune_helpers import (
 )
 from pretrain_helpers import max_abs_difference, weights
 from training.common.models import load_sentence_transformer
-from training.evaluation.collection import load_collection
+from training.data.collection import load_collection
 from training.evaluation.retrievers import dense
 from training.common.errors import InputError
 from training.finetuning.data import training_set_from_beir

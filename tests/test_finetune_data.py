@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from training.evaluation.collection import load_collection
+from training.data.collection import load_collection
 from training.finetuning.data import training_set_from_beir, training_set_from_passages, training_set_from_pairs
 from training.finetuning.examples import examples_dataset
 

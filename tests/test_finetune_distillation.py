@@ -21,7 +21,7 @@ from evaluation_helpers import brute_force_ndcg_at_10
 from finetune_helpers import TINY_FINETUNE, bm25_scores, finetune, round_dir, round_examples, standardised, weights_checksum
 from training.common.models import load_sentence_transformer, load_sparse_encoder
 from training.common.sparse_encoding import encode_sparse
-from training.evaluation.collection import load_collection
+from training.data.collection import load_collection
 from training.evaluation.retrievers import sparse
 from training.finetuning.arguments import FinetuningModelArguments, RecipeArguments
 from training.finetuning.data import training_set_from_beir

@@ -14,7 +14,7 @@ from sentence_transformers import SentenceTransformer
 
 from finetune_helpers import TINY_FINETUNE, finetune, round_dir, weights_checksum
 from training import evaluate
-from training.evaluation.collection import load_collection
+from training.data.collection import load_collection
 from training.evaluation.evaluator import RetrievalEvaluator
 from training.finetuning.arguments import FinetuningModelArguments
 from training.finetuning.data import training_set_from_beir

@@ -15,7 +15,7 @@ from sentence_transformers import SentenceTransformer
 from evaluation_helpers import brute_force_ndcg_at_10, read_jsonl, write_jsonl
 from finetune_helpers import TINY_FINETUNE, finetune, round_dir, round_examples, with_dev_split
 from training.common.models import load_sentence_transformer
-from training.evaluation.collection import load_collection
+from training.data.collection import load_collection
 from training.evaluation.retrievers import dense
 from training.finetuning.data import training_set_from_pairs
 

@@ -19,7 +19,7 @@ from finetune_helpers import (
     round_examples,
 )
 from training.common.models import load_sparse_encoder
-from training.evaluation.collection import load_collection
+from training.data.collection import load_collection
 from training.evaluation.retrievers import sparse
 
 

@@ -20,7 +20,7 @@ from transformers import AutoModel, AutoModelForMaskedLM, AutoModelForPreTrainin
 
 import modeling_seed  # noqa: F401  (registers SEED with the Auto classes)
 from finetune_helpers import PROBE_TEXTS, encoded_in_plain_environment, plain_bert_files
-from training.common.corpus import embedded_corpus_passages
+from training.data.corpus import embedded_corpus_passages
 from training.evaluation.evaluator import RetrievalEvaluator
 from training.finetuning.arguments import FinetuningModelArguments
 from training.finetuning.data import training_set_from_passages

@@ -17,7 +17,7 @@ import pytest
 from evaluation_helpers import cut_scifact
 from finetune_helpers import round_examples
 from pretrain_helpers import subprocess_env
-from training.evaluation.collection import load_collection
+from training.data.collection import load_collection
 from training.evaluation.evaluate import evaluate_retriever
 from training.evaluation.retrievers import DenseRetriever
 from training.common.models import load_sentence_transformer

@@ -11,7 +11,7 @@ import pytest
 from datasets import Dataset, DatasetDict, IterableDataset
 
 from pretrain_helpers import REPO_ROOT, TINY_RUN, free_port, pretrain, subprocess_env, write_lines
-from training.common.corpus import load_raw_corpus
+from training.data.corpus import load_raw_corpus
 
 
 def card_text(folder) -> str:

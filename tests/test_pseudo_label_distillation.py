@@ -21,8 +21,8 @@ from finetune_helpers import (
     TINY_FINETUNE, assert_drawn_from_ranks, bm25_scores, finetune, round_dir, round_examples, standardised,
     with_dev_split,
 )
-from training.common.corpus import load_raw_corpus
-from training.evaluation.collection import load_collection
+from training.data.corpus import load_raw_corpus
+from training.data.collection import load_collection
 from training.finetuning.data import training_set_from_passages
 from training.finetuning.teachers import with_start_teacher
 

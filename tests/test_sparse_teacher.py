@@ -6,7 +6,7 @@ import pytest
 
 from training.common.errors import InputError
 from training.common.models import load_sparse_encoder
-from training.evaluation.collection import load_collection
+from training.data.collection import load_collection
 from training.finetuning.teachers import SparseTeacher, check_teacher_specs, load_teacher
 
 

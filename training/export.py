@@ -39,7 +39,7 @@ class ExportArguments:
     quantize: str | None = field(
         default=None, metadata={"choices": list(QUANTIZATIONS),
                                 "help": "With --onnx, also write model_int8.onnx: onnxruntime's dynamic int8 "
-                                        "quantisation (see benchmarks/README.md for what it costs and gains)."}
+                                        "quantisation (what it costs and gains: benchmarks/records/onnx_serving.md)."}
     )
     overwrite_output_dir: bool = field(
         default=False, metadata={"help": "Replace the contents of a non-empty --output_dir."}

@@ -4,7 +4,7 @@ fine-tuning evaluator and the benchmarks."""
 import logging
 from dataclasses import dataclass
 
-from .collection import Collection
+from ..data.collection import Collection
 from .metrics import DEFAULT_METRICS, compute_metrics
 from .retrievers.base import Retriever, Run
 

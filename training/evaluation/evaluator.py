@@ -7,7 +7,7 @@ from sentence_transformers import SparseEncoder
 from sentence_transformers.base.evaluation import BaseEvaluator
 
 from ..common.timing import PhaseTimer
-from .collection import Collection
+from ..data.collection import Collection
 from .embedding_cache import weights_fingerprint
 from .evaluate import evaluate_retriever
 from .metrics import DEFAULT_METRICS, per_query_metric

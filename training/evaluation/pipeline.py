@@ -7,7 +7,7 @@ from pathlib import Path
 from ..common.errors import InputError
 from ..common.models import load_sentence_transformer, load_sparse_encoder, model_kind, split_model_spec
 from .arguments import EvaluationArguments
-from .collection import load_collection
+from ..data.collection import load_collection
 from .evaluate import evaluate_retriever
 from .evaluator import model_retriever
 from .report import markdown_table, write_json, write_trec_runs

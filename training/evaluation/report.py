@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ranx import Run as RanxRun
 
-from .collection import Collection
+from ..data.collection import Collection
 from .evaluate import EvaluationResult
 
 METRIC_NAMES = {"ndcg": "nDCG", "mrr": "MRR", "recall": "Recall", "precision": "P", "map": "MAP"}

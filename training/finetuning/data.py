@@ -11,10 +11,10 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..common.corpus import file_format
+from ..data.corpus import file_format
 from ..common.errors import InputError
 from ..common.json_lines import json_lines
-from ..evaluation.collection import Collection, load_collection
+from ..data.collection import Collection, load_collection
 from .pseudo_queries import CROPS, LEADS, MIN_CROP_WORDS, SENTENCE_END, SENTENCES, TITLES, describe_kinds, pseudo_pair
 
 logger = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from jinja2 import Template
 from sentence_transformers.sparse_encoder.losses import CachedSpladeLoss, SpladeLoss
 
 from ..common.model_cards import model_card_template, recipe_of_run
-from ..evaluation.collection import Collection
+from ..data.collection import Collection
 from .arguments import OWN_SCALE, SIMILARITY_SCALE
 from .data import TrainingSet
 from .rounds import RoundPlan

@@ -31,7 +31,7 @@ from transformers import set_seed
 import modeling_seed  # noqa: F401  (registers SEED with the Auto classes in every process)
 from modeling_seed import SeedEncoderConfig
 
-from ..common.corpus import embedded_corpus_passages, load_raw_corpus
+from ..data.corpus import embedded_corpus_passages, load_raw_corpus
 from ..common.errors import InputError
 from ..common.models import model_kind, transformer_config
 from ..common.output_dir import (
@@ -44,7 +44,7 @@ from ..common.output_dir import (
 )
 from ..common.serving import add_serving_fields
 from ..common.timing import PhaseTimer, TrainingStepTimer, breakdown_lines
-from ..evaluation.collection import Collection, load_collection
+from ..data.collection import Collection, load_collection
 from ..evaluation.evaluator import RetrievalEvaluator, indexed, model_retriever
 from ..evaluation.report import STAT_COLUMNS
 from .arguments import (

@@ -12,7 +12,7 @@ from transformers.utils import strtobool
 import modeling_seed  # noqa: F401  (registers SEED with the Auto classes in every process)
 from modeling_seed import DataCollatorForSeedPretraining, SeedEncoderForPreTraining
 
-from ..common.corpus import load_raw_corpus
+from ..data.corpus import load_raw_corpus
 from ..common.errors import InputError
 from ..common.output_dir import (
     FINISHED_MARKER,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from datasets import Dataset, DatasetDict, IterableDataset, concatenate_datasets, load_dataset, load_from_disk
 
-from .errors import InputError
+from ..common.errors import InputError
 
 TEXT_SUFFIXES = {".txt", ".text", ".tsv"}
 JSON_SUFFIXES = {".json", ".jsonl"}

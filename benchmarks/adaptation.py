@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.adaptation_arms import BY_KEY, START, AdaptationArm
-from benchmarks.harness import ResultStore, dense_retriever, precision_flags, run_script
+from benchmarks.harness import ResultStore, dense_retriever, precision_flags, recipe, run_script
 from training import finetune, pretrain
 from training.data.corpus import check_train_files
 from training.data.collection import Collection, load_collection
@@ -57,10 +57,12 @@ PRETRAINING_METRICS = ("cls_information", "mlm_loss", "decoder_loss", "anchor_lo
 # The pseudo-queries of the pseudo-dev every model is scored on: the Inverse Cloze Task's sentences, the most
 # query-like of the kinds a corpus alone gives.
 PSEUDO_DEV_KIND = SENTENCES
-# The teacher of every pseudo-label arm: BM25 and the start itself, frozen (GPL's recipe without a query generator or
-# a cross-encoder, none of which installs offline), each standardised, on the student's own scale (the label-free
-# default); negatives mined by the arm's source (BM25, one a pseudo-query, unless it says otherwise); one round.
-PSEUDO_LABEL_RECIPE = ("--mining_rounds", "1")
+# Every pseudo-label arm runs the label-free recipe users run (recipes/finetune_label_free.yaml: one round, the
+# teacher's margins on the student's own scale), with the arm's pseudo-queries, teacher and negatives and the budget's
+# steps over it. The teacher: BM25 and the start itself, frozen (GPL's recipe without a query generator or a
+# cross-encoder, none of which installs offline), each standardised; negatives mined by the arm's source (BM25, one a
+# pseudo-query, unless it says otherwise).
+LABEL_FREE_RECIPE = "finetune_label_free"
 
 
 @dataclass(frozen=True)
@@ -224,10 +226,10 @@ class Adaptation:
             self.adapt(BY_KEY[arm.student], seed)
             student = self.model_dir(BY_KEY[arm.student], seed)
         run_script(finetune.main, [
-            "--model_name_or_path", student, "--corpus_file", self.corpus_file,
+            *recipe(LABEL_FREE_RECIPE), "--model_name_or_path", student, "--corpus_file", self.corpus_file,
             "--pseudo_queries", *arm.pseudo_queries, "--teacher", "bm25", self.start,
             *((f"sparse:{self.sparse_teacher}",) if arm.sparse_teacher else ()), "--negatives", arm.negatives,
-            "--negatives_per_query", arm.negatives_per_query, *PSEUDO_LABEL_RECIPE,
+            "--negatives_per_query", arm.negatives_per_query,
             "--max_train_queries", budget.steps * budget.batch_size, "--max_steps", budget.steps,
             "--per_device_train_batch_size", budget.batch_size, "--learning_rate", budget.learning_rate,
             "--warmup_steps", budget.warmup_steps, "--max_seq_length", budget.max_seq_length, "--seed", seed,

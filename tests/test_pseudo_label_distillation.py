@@ -4,14 +4,15 @@ and the margins of BM25 and the start itself (frozen) as targets, on the student
 A real run from all-MiniLM-L6-v2 (its dropout off, so a training step computes what encoding does) on a SciFact
 slice's abstracts, with sentence pseudo-queries; its targets are worked out here independently: bm25s' BM25 and the
 start's cosines (sentence-transformers' encode), each standardised, averaged, then multiplied by the spread of the
-student's own cosines of the same pairs (the student is the start in round 1), never by the fixed 1 /
-similarity_scale a dense student trained on real queries gets. The run trains one step on all its pseudo-queries in
+student's own cosines of the same pairs (the student is the start in round 1), as the label-free recipe names, never
+by the fixed 1 / similarity_scale a dense student gets by default, whatever its data. The run trains one step on all its pseudo-queries in
 one batch, so its logged loss is what the student was taught: the mean squared gap between its margins and those
 targets' margins, not a loss against the source passage as a one-hot label.
 """
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,6 +29,7 @@ from training.finetuning.teachers import with_start_teacher
 
 
 PSEUDO_QUERIES = 48
+LABEL_FREE_RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "finetune_label_free.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -41,9 +43,10 @@ def start_dir(minilm_dir, tmp_path_factory):
     return folder
 
 
-def pseudo_label_distillation(start_dir, scifact_slice, out, negatives: str, *flags):
+def pseudo_label_distillation(start_dir, scifact_slice, out, negatives: str, *flags, recipe: Path | None = LABEL_FREE_RECIPE):
+    """The label-free recipe (or, with `recipe=None`, no recipe) with a tiny run's flags over it."""
     assert finetune([
-        "--model_name_or_path", start_dir, "--corpus_file", scifact_slice / "corpus.jsonl", "--output_dir", out,
+        *(["--config", recipe] if recipe else []), "--model_name_or_path", start_dir, "--corpus_file", scifact_slice / "corpus.jsonl", "--output_dir", out,
         *TINY_FINETUNE, "--learning_rate", "3e-5", "--pseudo_queries", "sentences", "--negatives", negatives,
         "--teacher", "bm25", "start", "--max_train_queries", PSEUDO_QUERIES, "--max_steps", "1",
         "--per_device_train_batch_size", PSEUDO_QUERIES, "--batch_sampler", "batch_sampler", *flags,
@@ -58,8 +61,10 @@ def pseudo_label_run(start_dir, scifact_slice, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def own_negatives_run(start_dir, scifact_slice, tmp_path_factory):
-    """The same run with its negatives mined from the start's own index (GPL's dense mining)."""
-    return pseudo_label_distillation(start_dir, scifact_slice, tmp_path_factory.mktemp("own-negatives") / "st", "model")
+    """The same run with its negatives mined from the start's own index (GPL's dense mining), written as flags
+    without the label-free recipe."""
+    out = tmp_path_factory.mktemp("own-negatives") / "st"
+    return pseudo_label_distillation(start_dir, scifact_slice, out, "model", "--mining_rounds", "1", recipe=None)
 
 
 @pytest.fixture(scope="module")
@@ -133,6 +138,15 @@ def test_the_card_names_both_teachers_and_the_scale(pseudo_label_run, start_dir)
     card = (pseudo_label_run / "README.md").read_text()
 
     assert f"bm25 + {start_dir} (margin_mse, scores standardised, averaged, times the student's own spread)" in card
+
+
+def test_without_the_recipe_a_dense_students_scale_is_one_cosine_unit_whatever_its_data(own_negatives_run, start_dir):
+    """No default changes silently with the data source: a corpus alone, as real queries, gets the dense default."""
+    card = (own_negatives_run / "README.md").read_text()
+    targets = np.asarray(json.loads((round_dir(own_negatives_run, 1) / "examples.json").read_text())["scores"])
+
+    assert f"bm25 + {start_dir} (margin_mse, scores standardised, averaged, times 1 / similarity_scale)" in card
+    assert targets.std() <= 1 / 20 + 1e-6  # the mean of two standardised scores spreads at most 1, times 1 / 20
 
 
 def test_start_as_a_teacher_scores_as_the_student_does(minilm_dir, tiny_seed_dir):

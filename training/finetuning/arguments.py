@@ -128,7 +128,11 @@ class FinetuningModelArguments:
 
 @dataclass
 class FinetuningDataArguments:
-    _argument_group_name = "data: judged collections, pairs, or a corpus for label-free pseudo-queries"  # its --help heading
+    # its --help heading: the data source is named by its flag, and nothing else changes with it
+    _argument_group_name = (
+        "data: one source, --data_dir (judged queries), --train_file (pairs) or --corpus_file (label-free; the "
+        "recipe: recipes/finetune_label_free.yaml)"
+    )
 
     data_dir: str | None = field(
         default=None,
@@ -144,9 +148,10 @@ class FinetuningDataArguments:
     corpus_file: list[str] | None = field(
         default=None,
         metadata={
-            "help": "Without --data_dir or --train_file: passages to build unsupervised pairs from, Contriever-style "
-            "(two independent random crops of one passage are a positive pair). Text, JSON lines (--text_column) or "
-            "parquet, as for pretraining. Default: the bundled corpus the pretraining default uses."
+            "help": "Label-free: passages alone, each making a pseudo-query of a kind of --pseudo_queries (default: "
+            "two independent random crops of one passage are a positive pair, Contriever-style). Text, JSON lines "
+            "(--text_column) or parquet, as for pretraining. Default, where no source is named: the bundled corpus "
+            "the pretraining default uses (the no-argument chain)."
         },
     )
     text_column: str = field(default="text", metadata={"help": "JSON field or column of --corpus_file holding the text."})
@@ -306,8 +311,8 @@ class RecipeArguments:
             "help": "With --teacher: what the standardised teacher scores are multiplied by to be on the student's "
             "scale. own: the spread (standard deviation) of the student's own scores of the round's pairs, so "
             "distillation reshapes its ranking rather than first shrinking or stretching every margin (the default "
-            "of sparse students, and of label-free runs: --corpus_file); similarity_scale: 1 / --similarity_scale, "
-            "one fixed cosine unit (the default of dense students with real queries).",
+            "of sparse students; recipes/finetune_label_free.yaml names it for dense ones); similarity_scale: "
+            "1 / --similarity_scale, one fixed cosine unit (the default of dense students).",
             "choices": [OWN_SCALE, SIMILARITY_SCALE],
         },
     )

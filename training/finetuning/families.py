@@ -66,15 +66,16 @@ class RetrieverFamily:
         scale (splade-tiny's spread over SciFact training pairs is about 16, against a standardised teacher's 1), so
         the spread (standard deviation) of `own_scores()`, the student's own scores of the round's pairs: then
         distillation reshapes its ranking instead of first shrinking every score towards the teacher's units."""
-        if (recipe.teacher_label_scale or self.default_label_scale(label_free=False)) == SIMILARITY_SCALE:
+        if (recipe.teacher_label_scale or self.default_label_scale()) == SIMILARITY_SCALE:
             return 1.0 / recipe.similarity_scale
         return float(np.std(own_scores())) or 1.0
 
-    def default_label_scale(self, label_free: bool) -> str:
-        """`--teacher_label_scale` when not given: the student's own spread for a sparse student, and for a dense one
-        trained on pseudo-queries, whose teacher margins (BM25 and the start) would otherwise arrive a fraction of
-        the start's own (all-MiniLM-L6-v2's cosine margins spread about 4 times 1 / similarity_scale)."""
-        return OWN_SCALE if self.sparse or label_free else SIMILARITY_SCALE
+    def default_label_scale(self) -> str:
+        """`--teacher_label_scale` when not given, by the student's family alone, never by its data: the student's own
+        spread for a sparse student, whose dot products have no fixed scale; one cosine unit for a dense one. (The
+        label-free recipe names `own` for a dense student: its teacher margins, BM25's and the start's, would arrive
+        a fraction of the start's own, whose cosine margins spread about 4 times 1 / similarity_scale.)"""
+        return OWN_SCALE if self.sparse else SIMILARITY_SCALE
 
     def describe(self, model) -> str:
         if self.sparse:

@@ -263,7 +263,7 @@ def run_finetuning(
         recipe.teacher = with_start_teacher(recipe.teacher, model_args.model_name_or_path, family.sparse)
     check_teacher_specs(recipe.teacher or [])
     if recipe.teacher_label_scale is None:
-        recipe.teacher_label_scale = family.default_label_scale(label_free=not (data_args.data_dir or data_args.train_file))
+        recipe.teacher_label_scale = family.default_label_scale()
     training_set = load_training_set(data_args, training_args.seed)
     test_collection = None
     if data_args.eval_split:

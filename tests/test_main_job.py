@@ -25,6 +25,7 @@ from training.evaluation.evaluator import RetrievalEvaluator
 from training.finetuning.arguments import FinetuningModelArguments
 from training.finetuning.data import training_set_from_passages
 from training.finetuning.families import DENSE
+from training.finetuning.run_folder import FinetuningRun
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MAIN_JOB_BUDGET_SECONDS = 15 * 60
@@ -132,7 +133,8 @@ def test_the_default_fine_tuning_lifts_the_main_jobs_model_on_its_own_dev_split(
     and the folder written, each evaluated on the dev split the fine-tuning held out (crops of held-out passages)."""
     finished, start_dir, fine_tuned_dir = chain
     assert finished.returncode == 0, finished.stderr[-3000:]
-    assert "Fine-tuned model written to seed-encoder-st" in finished.stdout
+    assert f"Fine-tuned model written to seed-encoder-st. {FinetuningRun(fine_tuned_dir).decision}" in finished.stdout
+    assert "): published it." in finished.stdout  # the round, against the start, on the dev split it held out
     dev = training_set_from_passages(embedded_corpus_passages(), DEV_FRACTION, None, FINETUNING_SEED, "docs", "docs").dev
     start = DENSE.load(str(start_dir), FinetuningModelArguments(str(start_dir)))
     fine_tuned = SentenceTransformer(str(fine_tuned_dir))

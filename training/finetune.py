@@ -22,6 +22,7 @@ from training.finetuning.arguments import (
     SeedFinetuningArguments,
 )
 from training.finetuning.pipeline import run_finetuning
+from training.finetuning.run_folder import FinetuningRun
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,7 +34,12 @@ def main(argv: list[str] | None = None) -> int:
 
     def finetune() -> str:
         arguments = parse_arguments(parser, sys.argv[1:] if argv is None else argv)
-        return f"Fine-tuned model written to {run_finetuning(*arguments)}"
+        output_dir = run_finetuning(*arguments)
+        training_args = arguments[-1]
+        if training_args.process_index != 0:  # the run's folder is the main process's (other nodes may not see it)
+            return f"Fine-tuned model written to {output_dir}"
+        # The run's result, where a newcomer reads first: what it published, against the start, on its own dev split.
+        return f"Fine-tuned model written to {output_dir}. {FinetuningRun(output_dir).decision}"
 
     return exit_status(finetune)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from ..common.errors import InputError
 from .pipeline import RUN_FILE, START_METRICS_FILE, STATE_DIR
 from .rounds import EXAMPLES_FILE, RoundPlan, per_query_file, round_plan
-from .starts import CANDIDATE_STARTS_FILE, best_round, best_start
+from .starts import CANDIDATE_STARTS_FILE, best_round, best_start, compare_with_start, decision_line
 
 
 class FinetuningRun:
@@ -57,6 +57,13 @@ class FinetuningRun:
         """The round the run's own rule publishes (a dev gain beyond the dev's noise), or None where it keeps its
         start."""
         return best_round(self.rounds, self.start_dev_per_query, self.primary_metric)
+
+    @property
+    def decision(self) -> str:
+        """What the run said of its choice, in one line: its best round against the start on dev, with the gain's
+        interval, and which of the two it published."""
+        comparison = compare_with_start(self.rounds, self.start_dev_per_query, self.primary_metric)
+        return decision_line(comparison, self._state)
 
     def round_examples(self, number: int) -> dict:
         """Round `number`'s training examples as the run wrote them: `examples`, each (query id, positive id, negative

@@ -4,8 +4,8 @@ import logging
 import os
 from pathlib import Path
 
-from datasets import IterableDataset
-from transformers import set_seed
+from datasets import Dataset, IterableDataset
+from transformers import PreTrainedTokenizerFast, set_seed
 from transformers.integrations import is_deepspeed_zero3_enabled
 from transformers.utils import strtobool
 
@@ -16,6 +16,7 @@ from ..data.corpus import load_raw_corpus
 from ..common.errors import InputError
 from ..common.output_dir import (
     FINISHED_MARKER,
+    ExistingRun,
     clear_output_dir,
     find_existing_run,
     output_dir_lock,
@@ -37,7 +38,7 @@ from .arguments import (
     SeedPretrainingArguments,
 )
 from .model_card import LOSS_PLOT, plot_loss_curves, render_model_card
-from .model_source import check_lengths, check_same_model, check_vocabulary, resolve_model_source
+from .model_source import ModelSource, check_lengths, check_same_model, check_vocabulary, resolve_model_source
 from .sentence_transformer_start import write_sentence_transformer_modules
 from .tokenizer import load_tokenizer, tokenize_corpus, train_wordpiece_tokenizer
 from .trainer import SeedPretrainingTrainer, check_same_frozen_encoder, finished_at
@@ -117,6 +118,27 @@ def run_pretraining(
 
 
 def _pretrain(model_args: ModelArguments, data_args: DataArguments, training_args: SeedPretrainingArguments) -> None:
+    validation_percentage = _check_data_flags(data_args, training_args)
+    _fill_defaults_for_the_corpus(data_args, training_args)
+    source = _resolve_start(model_args, data_args, training_args)
+    raw_corpus = _load_corpus(data_args)
+    existing = _inspect_output_dir(training_args)
+    tokenizer = _settle_tokenizer(model_args, data_args, source, existing, raw_corpus)
+    if existing is not None and _already_finished(training_args, existing, source.config):
+        return
+    resume_from = _checkpoint_to_resume(training_args, existing)
+    model = _build_model(training_args, source)
+    _clear_output_dir_if_overwriting(training_args)
+    train_dataset, eval_dataset = _tokenize_splits(
+        raw_corpus, tokenizer, validation_percentage, data_args, training_args
+    )
+    trainer, metrics = _train(model, tokenizer, train_dataset, eval_dataset, resume_from, data_args, training_args)
+    train_samples = None if data_args.streaming else len(train_dataset)
+    _publish(trainer, metrics, train_samples, source, model_args, data_args, training_args)
+
+
+def _check_data_flags(data_args: DataArguments, training_args: SeedPretrainingArguments) -> float:
+    """Refuse data flags that contradict each other; returns the validation percentage, its default filled in."""
     streaming = data_args.streaming
     validation_percentage = data_args.validation_split_percentage
     if validation_percentage is None:
@@ -127,7 +149,10 @@ def _pretrain(model_args: ModelArguments, data_args: DataArguments, training_arg
         raise InputError("--streaming needs --max_steps: a stream has no length to count epochs by.")
     if not 0 <= validation_percentage < 100:
         raise InputError(f"--validation_split_percentage {validation_percentage}: must be in [0, 100).")
+    return validation_percentage
 
+
+def _fill_defaults_for_the_corpus(data_args: DataArguments, training_args: SeedPretrainingArguments) -> None:
     bundled_corpus = not (data_args.train_file or data_args.dataset_dir)
     if training_args.num_train_epochs is None:
         training_args.num_train_epochs = BUNDLED_CORPUS_EPOCHS if bundled_corpus else DEFAULT_EPOCHS
@@ -136,30 +161,50 @@ def _pretrain(model_args: ModelArguments, data_args: DataArguments, training_arg
     if training_args.train_sampling_strategy is None:
         training_args.train_sampling_strategy = BUNDLED_CORPUS_SAMPLING if bundled_corpus else DEFAULT_SAMPLING
 
+
+def _resolve_start(
+    model_args: ModelArguments, data_args: DataArguments, training_args: SeedPretrainingArguments
+) -> ModelSource:
     source = resolve_model_source(model_args)
     check_flags_that_hold_the_start(training_args, source.path)
-    config = source.config
     if training_args.decoder_learning_rate is None:
         warm_start = source.kind == "bert"
         training_args.decoder_learning_rate = training_args.learning_rate * (WARM_START_DECODER_LR_FACTOR if warm_start else 1)
     elif training_args.decoder_learning_rate <= 0:
         raise InputError(f"--decoder_learning_rate {training_args.decoder_learning_rate}: must be positive.")
-    check_lengths(config, data_args)
+    check_lengths(source.config, data_args)
+    return source
+
+
+def _load_corpus(data_args: DataArguments) -> Dataset | IterableDataset:
+    streaming = data_args.streaming
     raw_corpus = load_raw_corpus(data_args.train_file, data_args.dataset_dir, data_args.text_column, streaming)
     if data_args.max_train_samples is not None:
         raw_corpus = raw_corpus.take(data_args.max_train_samples) if streaming else raw_corpus.select(
             range(min(data_args.max_train_samples, len(raw_corpus)))
         )
+    return raw_corpus
 
-    existing = None
+
+def _inspect_output_dir(training_args: SeedPretrainingArguments) -> ExistingRun | None:
     if training_args.overwrite_output_dir:
         if training_args.resume_from_checkpoint:
             raise InputError("--overwrite_output_dir and --resume_from_checkpoint contradict each other.")
-    else:
-        # The main process removes cut-short checkpoints first; the others then see the cleaned folder.
-        with training_args.main_process_first(desc="inspecting --output_dir"):
-            existing = find_existing_run(training_args.output_dir)
+        return None
+    # The main process removes cut-short checkpoints first; the others then see the cleaned folder.
+    with training_args.main_process_first(desc="inspecting --output_dir"):
+        return find_existing_run(training_args.output_dir)
 
+
+def _settle_tokenizer(
+    model_args: ModelArguments,
+    data_args: DataArguments,
+    source: ModelSource,
+    existing: ExistingRun | None,
+    raw_corpus: Dataset | IterableDataset,
+) -> PreTrainedTokenizerFast:
+    """The tokenizer the run uses, and the model's vocabulary size made to match it where the config follows it."""
+    config = source.config
     if model_args.tokenizer_name:
         tokenizer, tokenizer_source = load_tokenizer(model_args.tokenizer_name), f"--tokenizer_name {model_args.tokenizer_name}"
     elif existing is not None:
@@ -179,30 +224,40 @@ def _pretrain(model_args: ModelArguments, data_args: DataArguments, training_arg
     if source.vocab_follows_tokenizer:
         config.vocab_size = len(tokenizer)
     check_vocabulary(tokenizer, config, tokenizer_source)
-    if existing is not None:
-        check_same_model(training_args.output_dir, existing, config)
-        published = Path(training_args.output_dir)
-        finished = (published / FINISHED_MARKER).is_file() and finished_at(published, training_args)
-        if finished and training_args.resume_from_checkpoint is None:
-            logger.warning(
-                "%s already holds this run's final model, trained to step %d: nothing to train. Pass a larger "
-                "--max_steps to train on, or --overwrite_output_dir to start over.", published, finished,
-            )
-            return
+    return tokenizer
 
+
+def _already_finished(training_args: SeedPretrainingArguments, existing: ExistingRun, config) -> bool:
+    """Whether --output_dir holds this run's final model and nothing is to resume; refuses another model's run."""
+    check_same_model(training_args.output_dir, existing, config)
+    published = Path(training_args.output_dir)
+    finished = (published / FINISHED_MARKER).is_file() and finished_at(published, training_args)
+    if finished and training_args.resume_from_checkpoint is None:
+        logger.warning(
+            "%s already holds this run's final model, trained to step %d: nothing to train. Pass a larger "
+            "--max_steps to train on, or --overwrite_output_dir to start over.", published, finished,
+        )
+        return True
+    return False
+
+
+def _checkpoint_to_resume(training_args: SeedPretrainingArguments, existing: ExistingRun | None) -> str | None:
     resume_from = training_args.resume_from_checkpoint
     if resume_from is None and existing is not None and existing.last_checkpoint is not None:
         resume_from = str(existing.last_checkpoint)
         logger.warning("Resuming from %s (pass --overwrite_output_dir to start over)", resume_from)
     if resume_from is not None:
         check_same_frozen_encoder(resume_from, training_args.freeze_encoder)
+    return resume_from
 
+
+def _build_model(training_args: SeedPretrainingArguments, source: ModelSource) -> SeedEncoderForPreTraining:
     set_seed(training_args.seed)
     if source.path is None:
-        model = SeedEncoderForPreTraining(config)
+        model = SeedEncoderForPreTraining(source.config)
     else:
         try:
-            model = SeedEncoderForPreTraining.from_encoder_checkpoint(source.path, config)
+            model = SeedEncoderForPreTraining.from_encoder_checkpoint(source.path, source.config)
         except ValueError as error:
             raise InputError(f"--model_name_or_path {error}") from None
     if training_args.freeze_encoder:
@@ -212,14 +267,26 @@ def _pretrain(model_args: ModelArguments, data_args: DataArguments, training_arg
             "--freeze_encoder: training %d of the model's %d weights (the MLM head's transform and bias, the decoder's "
             "own weights); the encoder stays as %s has it", trained, model.num_parameters(), source.path,
         )
+    return model
 
+
+def _clear_output_dir_if_overwriting(training_args: SeedPretrainingArguments) -> None:
     if training_args.overwrite_output_dir:
         with training_args.main_process_first(desc="clearing --output_dir"):
             if training_args.process_index == 0:
                 clear_output_dir(training_args.output_dir)
 
+
+def _tokenize_splits(
+    raw_corpus: Dataset | IterableDataset,
+    tokenizer: PreTrainedTokenizerFast,
+    validation_percentage: float,
+    data_args: DataArguments,
+    training_args: SeedPretrainingArguments,
+) -> tuple[Dataset | IterableDataset, Dataset | None]:
+    """The tokenized training set and, where a validation share is asked for, the tokenized validation set."""
     with training_args.main_process_first(desc="tokenizing the corpus"):
-        if not streaming and validation_percentage > 0:
+        if not data_args.streaming and validation_percentage > 0:
             split = raw_corpus.train_test_split(test_size=validation_percentage / 100, seed=training_args.seed)
             train_texts, eval_texts = split["train"], split["test"]
         else:
@@ -239,7 +306,19 @@ def _pretrain(model_args: ModelArguments, data_args: DataArguments, training_arg
         # when it has at least one file per process, else by batches); by default process 0 would read
         # it all and dispatch batches to the others.
         training_args.accelerator_config.dispatch_batches = False
+    return train_dataset, eval_dataset
 
+
+def _train(
+    model: SeedEncoderForPreTraining,
+    tokenizer: PreTrainedTokenizerFast,
+    train_dataset: Dataset | IterableDataset,
+    eval_dataset: Dataset | None,
+    resume_from: str | None,
+    data_args: DataArguments,
+    training_args: SeedPretrainingArguments,
+) -> tuple[SeedPretrainingTrainer, dict]:
+    """Train (or restore a finished run), evaluate, and save the metrics and the trainer state."""
     collator = DataCollatorForSeedPretraining(
         tokenizer=tokenizer,
         mlm_probability=data_args.mlm_probability,
@@ -260,7 +339,19 @@ def _pretrain(model_args: ModelArguments, data_args: DataArguments, training_arg
     metrics["global_step"] = trainer.state.global_step
     trainer.save_metrics("all", metrics)
     trainer.save_state()
+    return trainer, metrics
 
+
+def _publish(
+    trainer: SeedPretrainingTrainer,
+    metrics: dict,
+    train_samples: int | None,
+    source: ModelSource,
+    model_args: ModelArguments,
+    data_args: DataArguments,
+    training_args: SeedPretrainingArguments,
+) -> None:
+    """Stage the final model with its loss plot and model card, move it into --output_dir, and push it if asked."""
     staged = staging_dir(training_args.output_dir)
     trainer.save_model(str(staged))  # on every process: sharded (FSDP, DeepSpeed) weights are gathered here
     if trainer.is_world_process_zero():
@@ -272,7 +363,7 @@ def _pretrain(model_args: ModelArguments, data_args: DataArguments, training_arg
             training_args=training_args,
             data_description=_describe_data(data_args),
             max_seq_length=data_args.max_seq_length,
-            train_samples=None if streaming else len(train_dataset),
+            train_samples=train_samples,
             warm_start=source.path if source.kind == "bert" else None,
             continued_from=source.path if source.kind == "seed" else None,
             frozen_encoder=training_args.freeze_encoder,

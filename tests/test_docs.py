@@ -1,7 +1,8 @@
 """The documentation holds together: every relative link in README.md, docs/, benchmarks/README.md (the index of the
 measured record) and benchmarks/records/ (its one page a benchmark) reaches a file and, where it names one, a heading
-there; and every figure of README.md's headline table is found in the section of the measured record it links to, so
-the landing page cannot cite a number the record does not hold."""
+there; every figure of README.md's headline table is found in the section of the measured record it links to, so the
+landing page cannot cite a number the record does not hold; and every row of that table names its recipe files, each
+run by a command of the README."""
 
 import re
 from pathlib import Path
@@ -79,16 +80,39 @@ def headline_rows() -> list[str]:
     return [line for line in section.splitlines() if line.startswith("|") and not set(line) <= set("|-: ")][1:]
 
 
+def recipe_links(row: str) -> list[str]:
+    return [target for target in LINK.findall(row) if target.startswith("recipes/") and target.endswith(".yaml")]
+
+
+def record_links(row: str) -> list[str]:
+    return [target for target in LINK.findall(row) if target not in recipe_links(row)]
+
+
+def readme_commands() -> str:
+    """The README's fenced code, where its commands are."""
+    prose = set(prose_lines(REPO_ROOT / "README.md"))
+    return "\n".join(line for line in (REPO_ROOT / "README.md").read_text(encoding="utf-8").splitlines() if line not in prose)
+
+
 def test_the_readme_has_a_headline_table_whose_rows_each_link_to_the_record():
     rows = headline_rows()
 
     assert len(rows) >= 4
-    assert all(LINK.search(row) and FIGURE.search(row) for row in rows), rows
+    assert all(len(record_links(row)) == 1 and FIGURE.search(row) for row in rows), rows
+
+
+@pytest.mark.parametrize("row", headline_rows(), ids=lambda row: row.split("|")[1].strip()[:40])
+def test_every_headline_row_names_its_recipe_files_and_the_readme_runs_each_with_a_command(row):
+    """A row is a recipe file plus one command: each recipe it links to is run by a `--config` line of the README."""
+    recipes = recipe_links(row)
+
+    assert recipes, row
+    assert [recipe for recipe in recipes if f"--config {recipe}" not in readme_commands()] == []
 
 
 @pytest.mark.parametrize("row", headline_rows(), ids=lambda row: row.split("|")[1].strip()[:40])
 def test_every_figure_of_a_headline_row_is_in_the_record_section_it_links_to(row):
-    [target] = [target for target in LINK.findall(row)]
+    [target] = record_links(row)
     file, anchor = resolve(REPO_ROOT / "README.md", target)
     record = anchors(file)[anchor] if anchor else file.read_text(encoding="utf-8")
     cited = FIGURE.findall(LINK.sub("", row))

@@ -21,7 +21,7 @@ NEGATIVE_SOURCES = ("none", "bm25", "self", "model")
 REMINING_SOURCES = ("self", "model")
 # The learning rate for trained checkpoints (all-MiniLM-L6-v2, splade-tiny). A small SEED-Encoder pre-trained for
 # minutes is far from converged: at 2e-5 the default fine-tuning left the seed-tiny chain's dev nDCG@10 where it
-# was (0.226 -> 0.221 after a round), at 5e-4 it rose (see the README's no-argument chain).
+# was (0.226 -> 0.221 after a round), at 5e-4 it rose (see docs/finetuning.md, the no-argument chain).
 TRAINED_START_LEARNING_RATE, SMALL_SEED_LEARNING_RATE, SMALL_SEED_HIDDEN_SIZE = 2e-5, 5e-4, 256
 DISTILLATION_LOSSES = ("margin_mse", "kl")
 
@@ -183,7 +183,7 @@ class FinetuningDataArguments:
             "help": "Without --data_dir: a BEIR-layout folder (corpus.jsonl, queries.jsonl, qrels/--dev_split.tsv) of "
             "real queries with judgments, on which the run decides whether a round beats the start, instead of "
             "held-out pseudo-queries or pairs. Training stays label-free; a pseudo-dev can prefer a round that loses "
-            "on real queries unlike its pseudo-queries, and a few dozen judged queries tell more (see the README)."
+            "on real queries unlike its pseudo-queries, and a few dozen judged queries tell more (docs/label_free.md)."
         },
     )
     dev_split: str = field(default="dev", metadata={"help": "With --dev_data_dir: the qrels file that judges (default: dev)."})

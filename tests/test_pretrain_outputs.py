@@ -39,10 +39,12 @@ def corpus(tmp_path_factory, pretrain_lines):
 
 @pytest.fixture(scope="module")
 def run(corpus, tmp_path_factory):
-    """A 6-step run on `corpus` holding out 10% for evaluation, evaluated and saved every 3 steps."""
+    """A 6-step run on `corpus` holding out 10% for evaluation, evaluated and saved every 3 steps, its tokenizer
+    learnt from 200 of the 300 passages."""
     out = tmp_path_factory.mktemp("run") / "seed-prose"
     status = pretrain([
         "--train_file", corpus, "--output_dir", out, *TINY_RUN, "--max_train_samples", "300",
+        "--tokenizer_training_texts", "200",
         "--validation_split_percentage", "10", "--max_steps", "6", "--save_steps", "3",
         "--eval_strategy", "steps", "--eval_steps", "3",
     ])
@@ -127,6 +129,7 @@ def test_model_card_has_hub_metadata_and_states_the_final_losses(run):
     assert "| validation | {} | {} | {} | {} |".format(*validation_row) in card.text
     assert "- Steps: 6 (0.18 epochs), 270 training sequences of at most 128 tokens" in card.text
     assert "- Data: `prose.txt`" in card.text
+    assert f"- Tokenizer: a {len(AutoTokenizer.from_pretrained(run)):,}-token WordPiece tokenizer trained on 200 of the corpus' 300 texts, drawn with seed 42" in card.text
 
 
 def test_loss_curves_are_a_png_image(run):

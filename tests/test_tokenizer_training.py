@@ -7,10 +7,13 @@ import sys
 from collections import Counter
 
 import pytest
+from datasets import Dataset
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
 from pretrain_helpers import subprocess_env, write_lines
-from training.pretraining.tokenizer import SPECIAL_TOKENS, train_wordpiece_tokenizer, wordpiece_vocabulary
+from training.pretraining.tokenizer import (
+    SPECIAL_TOKENS, tokenizer_training_texts, train_wordpiece_tokenizer, wordpiece_vocabulary,
+)
 
 SPECIALS = list(SPECIAL_TOKENS.values())
 
@@ -98,3 +101,34 @@ def test_trained_tokenizer_splits_unseen_words_into_known_pieces_and_wraps_in_cl
     assert len(tokens) > 4 and all(piece.startswith("##") for piece in tokens[3:-1])
     assert "[UNK]" not in tokens
     assert tokenizer.decode(encoded["input_ids"], skip_special_tokens=True) == "the unconstitutionality"
+
+
+def test_a_corpus_beyond_the_limit_is_learnt_from_a_sample_drawn_with_the_seed(lines):
+    """So the time to learn a vocabulary stops growing with the corpus, and the same command learns the same one."""
+    corpus = Dataset.from_dict({"text": lines})
+    texts, description = tokenizer_training_texts(corpus, "text", 100, seed=3)
+    sample = list(texts)
+    again = list(tokenizer_training_texts(corpus, "text", 100, seed=3)[0])
+    other_seed = list(tokenizer_training_texts(corpus, "text", 100, seed=4)[0])
+    rows = [lines.index(text) for text in sample]
+
+    assert len(sample) == len(set(sample)) == 100 and set(sample) <= set(lines)
+    assert rows == sorted(rows) and max(rows) > 300  # in corpus order, drawn from all of it, not its head
+    assert sample == again and sample != other_seed
+    assert description == "100 of the corpus' 600 texts, drawn with seed 3"
+
+
+def test_a_corpus_within_the_limit_is_learnt_whole_in_its_order(lines):
+    corpus = Dataset.from_dict({"text": lines})
+    texts, description = tokenizer_training_texts(corpus, "text", 600, seed=3)
+
+    assert list(texts) == lines
+    assert description == "all 600 texts of the corpus"
+
+
+def test_a_stream_is_learnt_from_its_first_texts(lines):
+    stream = Dataset.from_dict({"text": lines}).to_iterable_dataset()
+    texts, description = tokenizer_training_texts(stream, "text", 50, seed=3)
+
+    assert list(texts) == lines[:50]
+    assert description == "the first 50 texts of the stream"

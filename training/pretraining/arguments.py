@@ -5,9 +5,11 @@ from dataclasses import dataclass, field
 from transformers import TrainingArguments
 
 from ..common.cli import recipe_file_field
+from ..common.errors import InputError
 from ..common.model_cards import check_hub_model_id
 from ..common.trainer_values import RULES, check_trainer_values
 from .presets import PRESETS
+from .tokenizer import DEFAULT_TOKENIZER_TRAINING_TEXTS
 
 # A fresh decoder behind an already trained encoder learns too slowly at the encoder's gentle rate. Measured from
 # splade-tiny on SciFact (encoder at 1e-4, batch 32, 128 tokens, 100 steps): with the decoder at 10x, eval decoder
@@ -57,6 +59,14 @@ class ModelArguments:
         default=None,
         metadata={"help": "Vocabulary size of a tokenizer trained on the corpus (default: the config's vocab_size)."},
     )
+    tokenizer_training_texts: int = field(
+        default=DEFAULT_TOKENIZER_TRAINING_TEXTS,
+        metadata={
+            "help": "A tokenizer trained on the corpus learns from at most this many of its texts: a sample drawn with "
+            "--seed (the first ones of a --streaming corpus), so its time does not grow with the corpus; the card "
+            "says how many."
+        },
+    )
     decoder_num_layers: int | None = field(
         default=None, metadata={"help": "Depth of the weak decoder (config default: 3)."}
     )
@@ -103,6 +113,11 @@ class ModelArguments:
 
     def __post_init__(self):
         check_hub_model_id(self.base_model, "--base_model")
+        if self.tokenizer_training_texts < 1:
+            raise InputError(
+                f"--tokenizer_training_texts {self.tokenizer_training_texts}: must be at least 1 (the texts a "
+                "vocabulary is learnt from)."
+            )
 
 
 @dataclass

@@ -62,6 +62,7 @@ def render_model_card(
     max_seq_length: int,
     train_samples: int | None,
     warm_start: str | None,
+    tokenizer_origin: str | None = None,
     continued_from: str | None = None,
     frozen_encoder: bool = False,
     anchor_loss_weight: float = 0.0,
@@ -99,6 +100,7 @@ def render_model_card(
         global_step=train_metrics.get("global_step", 0),
         epochs=train_metrics.get("epoch", 0.0),
         train_samples=train_samples,
+        tokenizer_origin=tokenizer_origin,
         max_seq_length=max_seq_length,
         total_batch_size=training_args.per_device_train_batch_size
         * training_args.gradient_accumulation_steps

@@ -40,7 +40,7 @@ from .arguments import (
 from .model_card import LOSS_PLOT, plot_loss_curves, render_model_card
 from .model_source import ModelSource, check_lengths, check_same_model, check_vocabulary, resolve_model_source
 from .sentence_transformer_start import write_sentence_transformer_modules
-from .tokenizer import load_tokenizer, tokenize_corpus, train_wordpiece_tokenizer
+from .tokenizer import load_tokenizer, tokenize_corpus, tokenizer_training_texts, train_wordpiece_tokenizer
 from .trainer import SeedPretrainingTrainer, check_same_frozen_encoder, finished_at
 
 logger = logging.getLogger(__name__)
@@ -123,7 +123,7 @@ def _pretrain(model_args: ModelArguments, data_args: DataArguments, training_arg
     source = _resolve_start(model_args, data_args, training_args)
     raw_corpus = _load_corpus(data_args)
     existing = _inspect_output_dir(training_args)
-    tokenizer = _settle_tokenizer(model_args, data_args, source, existing, raw_corpus)
+    tokenizer, tokenizer_origin = _settle_tokenizer(model_args, data_args, training_args.seed, source, existing, raw_corpus)
     if existing is not None and _already_finished(training_args, existing, source.config):
         return
     resume_from = _checkpoint_to_resume(training_args, existing)
@@ -134,7 +134,7 @@ def _pretrain(model_args: ModelArguments, data_args: DataArguments, training_arg
     )
     trainer, metrics = _train(model, tokenizer, train_dataset, eval_dataset, resume_from, data_args, training_args)
     train_samples = None if data_args.streaming else len(train_dataset)
-    _publish(trainer, metrics, train_samples, source, model_args, data_args, training_args)
+    _publish(trainer, metrics, train_samples, tokenizer_origin, source, model_args, data_args, training_args)
 
 
 def _check_data_flags(data_args: DataArguments, training_args: SeedPretrainingArguments) -> float:
@@ -199,11 +199,13 @@ def _inspect_output_dir(training_args: SeedPretrainingArguments) -> ExistingRun 
 def _settle_tokenizer(
     model_args: ModelArguments,
     data_args: DataArguments,
+    seed: int,
     source: ModelSource,
     existing: ExistingRun | None,
     raw_corpus: Dataset | IterableDataset,
-) -> PreTrainedTokenizerFast:
-    """The tokenizer the run uses, and the model's vocabulary size made to match it where the config follows it."""
+) -> tuple[PreTrainedTokenizerFast, str]:
+    """The tokenizer the run uses and where it came from (for the card), and the model's vocabulary size made to
+    match it where the config follows it."""
     config = source.config
     if model_args.tokenizer_name:
         tokenizer, tokenizer_source = load_tokenizer(model_args.tokenizer_name), f"--tokenizer_name {model_args.tokenizer_name}"
@@ -215,16 +217,18 @@ def _settle_tokenizer(
         tokenizer_source = f"--model_name_or_path {source.path}"
     else:
         vocab_size = model_args.tokenizer_vocab_size or config.vocab_size
-        logger.info("Training a %d-token WordPiece tokenizer on the corpus", vocab_size)
+        texts, sample = tokenizer_training_texts(
+            raw_corpus, data_args.text_column, model_args.tokenizer_training_texts, seed
+        )
+        logger.info("Training a %d-token WordPiece tokenizer on %s", vocab_size, sample)
         # Every process trains the same tokenizer: training is deterministic.
-        texts = (record[data_args.text_column] for record in raw_corpus)
         tokenizer = train_wordpiece_tokenizer(texts, vocab_size, config.max_position_embeddings)
-        tokenizer_source = "the trained WordPiece tokenizer"
+        tokenizer_source = f"a {len(tokenizer):,}-token WordPiece tokenizer trained on {sample}"
         source.vocab_follows_tokenizer = "vocab_size" not in source.overrides
     if source.vocab_follows_tokenizer:
         config.vocab_size = len(tokenizer)
     check_vocabulary(tokenizer, config, tokenizer_source)
-    return tokenizer
+    return tokenizer, tokenizer_source
 
 
 def _already_finished(training_args: SeedPretrainingArguments, existing: ExistingRun, config) -> bool:
@@ -346,6 +350,7 @@ def _publish(
     trainer: SeedPretrainingTrainer,
     metrics: dict,
     train_samples: int | None,
+    tokenizer_origin: str,
     source: ModelSource,
     model_args: ModelArguments,
     data_args: DataArguments,
@@ -364,6 +369,7 @@ def _publish(
             data_description=_describe_data(data_args),
             max_seq_length=data_args.max_seq_length,
             train_samples=train_samples,
+            tokenizer_origin=tokenizer_origin,
             warm_start=source.path if source.kind == "bert" else None,
             continued_from=source.path if source.kind == "seed" else None,
             frozen_encoder=training_args.freeze_encoder,

@@ -76,16 +76,19 @@ def test_streaming_reads_every_format_as_an_iterable_dataset_of_the_text_column(
     assert list(dataset) == [{"text": text} for text in expected]
 
 
-# Runs the real script in each process, recording the passages (token ids) its collator receives.
+# Runs the real script in each process, recording the passages (token ids) its collator receives and the texts it
+# tokenises into training sequences (the tokenizer called as `tokenize_corpus` calls it).
 RECORDING_SCRIPT = """
 import json, os, sys
 from pathlib import Path
 
+from transformers import PreTrainedTokenizerFast
+
 from modeling_seed import DataCollatorForSeedPretraining
 from training.pretrain import main
 
-received = []
-collate = DataCollatorForSeedPretraining.__call__
+received, tokenised = [], []
+collate, tokenize = DataCollatorForSeedPretraining.__call__, PreTrainedTokenizerFast.__call__
 
 
 def recording_collate(self, examples, *args, **kwargs):
@@ -93,9 +96,17 @@ def recording_collate(self, examples, *args, **kwargs):
     return collate(self, examples, *args, **kwargs)
 
 
+def recording_tokenize(self, texts, *args, **kwargs):
+    if kwargs.get("return_special_tokens_mask"):
+        tokenised.extend(texts)
+    return tokenize(self, texts, *args, **kwargs)
+
+
 DataCollatorForSeedPretraining.__call__ = recording_collate
+PreTrainedTokenizerFast.__call__ = recording_tokenize
 status = main(sys.argv[2:])
-Path(sys.argv[1], f"rank-{os.environ['RANK']}.json").write_text(json.dumps(received))
+record = {"received": received, "tokenised": tokenised}
+Path(sys.argv[1], f"rank-{os.environ['RANK']}.json").write_text(json.dumps(record))
 sys.exit(status)
 """
 
@@ -116,7 +127,11 @@ def test_two_processes_streaming_a_beir_corpus_each_train_on_different_passages(
 
     assert result.returncode == 0, result.stderr[-3000:]
     assert "- Batch: 16 sequences per step (2 process(es))" in card_text(out)
-    per_rank = [{tuple(ids) for ids in json.loads((tmp_path / f"rank-{rank}.json").read_text())} for rank in (0, 1)]
+    records = [json.loads((tmp_path / f"rank-{rank}.json").read_text()) for rank in (0, 1)]
+    per_rank = [{tuple(ids) for ids in record["received"]} for record in records]
+    tokenised = [record["tokenised"] for record in records]
     # 2 steps of 8 passages each at least (a loader may read one batch ahead), all different.
     assert all(len(passages) >= 16 for passages in per_rank)
     assert not per_rank[0] & per_rank[1]
+    # One file is one shard: each process tokenises its own passages of it, not every passage to keep half of them.
+    assert all(tokenised) and not set(tokenised[0]) & set(tokenised[1])

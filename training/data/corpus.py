@@ -202,3 +202,21 @@ def load_raw_corpus(
             f"The corpus ({dataset_dir or ', '.join(train_files or [])}) holds no non-blank text in column {text_column!r}."
         )
     return dataset
+
+
+def shared_out_by_example(stream: IterableDataset, processes: int) -> IterableDataset:
+    """`stream` as `processes` shards, shard i holding its examples i, i + processes, i + 2 x processes, ...
+
+    accelerate shares a datasets stream out by shard (file) only when it has at least one per process; a stream of
+    fewer files is read whole by every process, which processes (tokenises) every example and keeps 1/N of them. With
+    one shard per process, each process still reads the whole stream but keeps, and processes, only its own examples.
+    Iterated unsharded, it gives every example once, shard by shard."""
+
+    def examples(shards: list[int]):  # datasets gives each shard of a list-valued argument its part of the list
+        for position, record in enumerate(stream):
+            if position % processes in shards:
+                yield record
+
+    return IterableDataset.from_generator(
+        examples, gen_kwargs={"shards": list(range(processes))}, features=stream.features
+    )

@@ -12,7 +12,7 @@ from transformers.utils import strtobool
 import modeling_seed  # noqa: F401  (registers SEED with the Auto classes in every process)
 from modeling_seed import DataCollatorForSeedPretraining, SeedEncoderForPreTraining
 
-from ..data.corpus import load_raw_corpus
+from ..data.corpus import load_raw_corpus, shared_out_by_example
 from ..common.errors import InputError
 from ..common.output_dir import (
     FINISHED_MARKER,
@@ -295,6 +295,8 @@ def _tokenize_splits(
             train_texts, eval_texts = split["train"], split["test"]
         else:
             train_texts, eval_texts = raw_corpus, None
+        if isinstance(train_texts, IterableDataset) and train_texts.n_shards < training_args.world_size:
+            train_texts = shared_out_by_example(train_texts, training_args.world_size)
         tokenize_kwargs = dict(
             tokenizer=tokenizer,
             text_column=data_args.text_column,
@@ -306,9 +308,9 @@ def _tokenize_splits(
         train_dataset = tokenize_corpus(train_texts, **tokenize_kwargs)
         eval_dataset = tokenize_corpus(eval_texts, **tokenize_kwargs) if eval_texts is not None else None
     if isinstance(train_dataset, IterableDataset):
-        # Every process reads its own shard of the stream (accelerate splits a datasets stream by file
-        # when it has at least one file per process, else by batches); by default process 0 would read
-        # it all and dispatch batches to the others.
+        # Every process reads its own shard of the stream (accelerate shares a datasets stream out by shard when it
+        # has one per process, which `shared_out_by_example` makes sure of); by default process 0 would read it all
+        # and dispatch batches to the others.
         training_args.accelerator_config.dispatch_batches = False
     return train_dataset, eval_dataset
 

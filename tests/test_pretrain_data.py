@@ -76,18 +76,21 @@ def test_streaming_reads_every_format_as_an_iterable_dataset_of_the_text_column(
     assert list(dataset) == [{"text": text} for text in expected]
 
 
-# Runs the real script in each process, recording the passages (token ids) its collator receives and the texts it
-# tokenises into training sequences (the tokenizer called as `tokenize_corpus` calls it).
+# Runs the real script in each process, recording the passages (token ids) its collator receives, the texts it
+# tokenises into training sequences (the tokenizer called as `tokenize_corpus` calls it) and the files it reads through
+# to check them.
 RECORDING_SCRIPT = """
 import json, os, sys
 from pathlib import Path
 
 from transformers import PreTrainedTokenizerFast
 
+import training.data.corpus
 from modeling_seed import DataCollatorForSeedPretraining
 from training.pretrain import main
 
-received, tokenised = [], []
+received, tokenised, checked = [], [], []
+check = training.data.corpus.check_json_lines_file
 collate, tokenize = DataCollatorForSeedPretraining.__call__, PreTrainedTokenizerFast.__call__
 
 
@@ -102,10 +105,16 @@ def recording_tokenize(self, texts, *args, **kwargs):
     return tokenize(self, texts, *args, **kwargs)
 
 
+def recording_check(path, *args, **kwargs):
+    checked.append(str(path))
+    return check(path, *args, **kwargs)
+
+
 DataCollatorForSeedPretraining.__call__ = recording_collate
 PreTrainedTokenizerFast.__call__ = recording_tokenize
+training.data.corpus.check_json_lines_file = recording_check
 status = main(sys.argv[2:])
-record = {"received": received, "tokenised": tokenised}
+record = {"received": received, "tokenised": tokenised, "checked": checked}
 Path(sys.argv[1], f"rank-{os.environ['RANK']}.json").write_text(json.dumps(record))
 sys.exit(status)
 """
@@ -135,3 +144,5 @@ def test_two_processes_streaming_a_beir_corpus_each_train_on_different_passages(
     assert not per_rank[0] & per_rank[1]
     # One file is one shard: each process tokenises its own passages of it, not every passage to keep half of them.
     assert all(tokenised) and not set(tokenised[0]) & set(tokenised[1])
+    # The file is read through and checked once, by the main process.
+    assert [record["checked"] for record in records] == [[str(corpus)], []]

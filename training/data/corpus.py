@@ -156,9 +156,11 @@ def load_raw_corpus(
     streaming: bool = False,
     cache_dir: str | None = None,
     argument: str = "--train_file",
+    check: bool = True,
 ) -> Dataset | IterableDataset:
     """One dataset with a single text column named `text_column`, blank passages removed. `argument` is the flag
-    that named `train_files`, for error messages."""
+    that named `train_files`, for error messages; `check=False` skips reading the files through in Python first
+    (`check_train_files`), where another process has already checked them."""
     if dataset_dir is not None:
         if not Path(dataset_dir).is_dir():
             raise InputError(f"--dataset_dir {dataset_dir}: no such folder.")
@@ -183,7 +185,7 @@ def load_raw_corpus(
         if streaming:
             dataset = dataset.to_iterable_dataset()
     elif train_files:
-        paths = check_train_files(train_files, text_column, streaming, argument)
+        paths = check_train_files(train_files, text_column, streaming, argument) if check else map(Path, train_files)
         files_by_format = {}
         for path in paths:
             files_by_format.setdefault(file_format(path), []).append(str(path))

@@ -4,6 +4,7 @@ import logging
 import os
 from pathlib import Path
 
+from accelerate.utils import broadcast_object_list
 from datasets import Dataset, IterableDataset
 from transformers import PreTrainedTokenizerFast, set_seed
 from transformers.integrations import is_deepspeed_zero3_enabled
@@ -12,7 +13,7 @@ from transformers.utils import strtobool
 import modeling_seed  # noqa: F401  (registers SEED with the Auto classes in every process)
 from modeling_seed import DataCollatorForSeedPretraining, SeedEncoderForPreTraining
 
-from ..data.corpus import load_raw_corpus, shared_out_by_example
+from ..data.corpus import check_train_files, load_raw_corpus, shared_out_by_example
 from ..common.errors import InputError
 from ..common.output_dir import (
     FINISHED_MARKER,
@@ -121,7 +122,7 @@ def _pretrain(model_args: ModelArguments, data_args: DataArguments, training_arg
     validation_percentage = _check_data_flags(data_args, training_args)
     _fill_defaults_for_the_corpus(data_args, training_args)
     source = _resolve_start(model_args, data_args, training_args)
-    raw_corpus = _load_corpus(data_args)
+    raw_corpus = _load_corpus(data_args, training_args)
     existing = _inspect_output_dir(training_args)
     tokenizer, tokenizer_origin = _settle_tokenizer(model_args, data_args, training_args.seed, source, existing, raw_corpus)
     if existing is not None and _already_finished(training_args, existing, source.config):
@@ -176,14 +177,39 @@ def _resolve_start(
     return source
 
 
-def _load_corpus(data_args: DataArguments) -> Dataset | IterableDataset:
+def _load_corpus(data_args: DataArguments, training_args: SeedPretrainingArguments) -> Dataset | IterableDataset:
+    """The corpus, read and checked once: the main process reads the files through (a refusal reaches every
+    process) and builds datasets' cache of them; the other processes then load that cache. They wait for it at a
+    barrier of --ddp_timeout seconds (default 1,800): raise it for a corpus that takes longer to read."""
     streaming = data_args.streaming
-    raw_corpus = load_raw_corpus(data_args.train_file, data_args.dataset_dir, data_args.text_column, streaming)
+    if data_args.train_file:
+        refusal = _refusal_on_main_process(
+            training_args, lambda: check_train_files(data_args.train_file, data_args.text_column, streaming)
+        )
+        if refusal is not None:
+            raise InputError(refusal)
+    with training_args.main_process_first(desc="reading the corpus"):
+        raw_corpus = load_raw_corpus(
+            data_args.train_file, data_args.dataset_dir, data_args.text_column, streaming, check=False
+        )
     if data_args.max_train_samples is not None:
         raw_corpus = raw_corpus.take(data_args.max_train_samples) if streaming else raw_corpus.select(
             range(min(data_args.max_train_samples, len(raw_corpus)))
         )
     return raw_corpus
+
+
+def _refusal_on_main_process(training_args: SeedPretrainingArguments, check) -> str | None:
+    """What `check()` refuses when run by the main process alone (None if nothing), sent to every process."""
+    refusal = [None]
+    if training_args.process_index == 0:
+        try:
+            check()
+        except InputError as error:
+            refusal[0] = str(error)
+    if training_args.world_size > 1:
+        broadcast_object_list(refusal, from_process=0)
+    return refusal[0]
 
 
 def _inspect_output_dir(training_args: SeedPretrainingArguments) -> ExistingRun | None:

@@ -1,5 +1,6 @@
 """The BM25 distillation teacher (`--teacher bm25`): it scores the (query, document) pairs it is given, with the
-scores BM25 search gives the same documents, and its memory does not grow with the number of queries."""
+scores BM25 search gives the same documents, and its memory grows neither with the number of queries nor with the
+corpus."""
 
 import tracemalloc
 
@@ -55,3 +56,26 @@ def test_memory_does_not_grow_with_the_number_of_queries(train):
     few, many = peak_bytes(all_queries[:10]), peak_bytes(all_queries)
 
     assert many < few + 1_000_000, (few, many)
+
+
+def test_a_pair_is_scored_without_a_corpus_length_vector(train):
+    """The same 10 pairs over 20,000 and 80,000 passages: one corpus-length score vector is 80 KB, then 320 KB."""
+    texts = list(train.corpus.values())
+    queries = list(train.queries.values())[:10]
+
+    def scored(passages: int) -> tuple[np.ndarray, np.ndarray, int]:
+        corpus = {f"d{number}": f"{texts[number % len(texts)]} variant {number}" for number in range(passages)}
+        teacher = BM25Teacher(corpus)
+        documents = list(corpus.values())[:10]
+        expected = np.array([teacher.retriever.scores(query)[row] for row, query in enumerate(queries)])
+        tracemalloc.start()
+        found = teacher.score(queries, documents)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        return found, expected, peak
+
+    (small, small_expected, small_peak), (large, large_expected, large_peak) = scored(20_000), scored(80_000)
+
+    np.testing.assert_array_equal(small, small_expected)  # bit for bit the corpus-wide scores at those rows
+    np.testing.assert_array_equal(large, large_expected)
+    assert large_peak < small_peak + 80_000, (small_peak, large_peak)

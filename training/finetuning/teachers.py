@@ -72,16 +72,16 @@ class BM25Teacher:
         self.rows = {text: row for row, text in enumerate(corpus.values())}
 
     def score(self, queries: list[str], documents: list[str]) -> np.ndarray:
-        """The BM25 score of each (query, document) pair. Each distinct query's corpus-wide scores are read for its
-        own pairs and let go, so memory holds one corpus-length vector whatever the number of queries (keeping one
+        """The BM25 score of each (query, document) pair, scored as a pair: no corpus-length vector is made, so
+        memory and time follow the pairs and their terms' postings, not the corpus (one corpus-wide score vector
         per query would need 17.6 TB for MS MARCO's 500k training queries over its 8.8M passages)."""
         positions_by_query: dict[str, list[int]] = {}
         for position, query in enumerate(queries):
             positions_by_query.setdefault(query, []).append(position)
         scores = np.empty(len(queries), dtype=np.float32)
         for query, positions in positions_by_query.items():
-            corpus_scores = self.retriever.scores(query)
-            scores[positions] = corpus_scores[[self.rows[documents[position]] for position in positions]]
+            rows = [self.rows[documents[position]] for position in positions]
+            scores[positions] = self.retriever.pair_scores(query, np.asarray(rows))
         return scores
 
 
@@ -91,6 +91,12 @@ class EnsembleTeacher:
     def __init__(self, teachers: list):
         self.teachers = teachers
         self.name = " + ".join(teacher.name for teacher in teachers)
+
+    @property
+    def models(self) -> list:
+        """The sentence-transformers models its teachers encode with (BM25 has none): a distributed run shares their
+        encodings among its processes (`common/shared_encoding.py`)."""
+        return [teacher.model for teacher in self.teachers if not isinstance(teacher, BM25Teacher)]
 
     def score(self, queries: list[str], documents: list[str]) -> np.ndarray:
         standardised = []

@@ -40,16 +40,39 @@ class BM25Retriever(Retriever):
     def _build_index(self, corpus: dict[str, str]) -> None:
         self._bm25.index(self._tokens(list(corpus.values())), show_progress=self.show_progress_bar)
 
-    def scores(self, query: str) -> np.ndarray:
-        """The query's BM25 score of every indexed document, in corpus order (what a distillation teacher reads)."""
+    def _query_term_ids(self, query: str) -> list[int]:
         if self.corpus_fingerprint is None:
             raise RuntimeError(f"{self.name}: index a corpus before scoring it")
         tokens = bm25s.tokenize(
             [query], stopwords=self.stopwords, stemmer=self.stemmer, return_ids=False, show_progress=False
         )[0]
-        if not tokens:  # bm25s cannot score an empty query
+        return self._bm25.get_tokens_ids(tokens)  # a term the corpus never holds scores 0 everywhere: dropped
+
+    def scores(self, query: str) -> np.ndarray:
+        """The query's BM25 score of every indexed document, in corpus order."""
+        term_ids = self._query_term_ids(query)
+        if not term_ids:  # bm25s cannot score an empty query
             return np.zeros(len(self.document_ids), dtype=np.float32)
-        return self._bm25.get_scores(tokens)
+        return self._bm25.get_scores(term_ids)
+
+    def pair_scores(self, query: str, rows: np.ndarray) -> np.ndarray:
+        """The query's BM25 score of the indexed documents at `rows` (positions in corpus order), equal to `scores`
+        at those rows, without a corpus-length vector: each query term's column of bm25s' precomputed term x document
+        scores (CSC, document ids sorted) is searched for the rows, and a term repeated in the query counts again, as
+        in bm25s. The cost grows with the terms' posting lists, not with the corpus."""
+        rows = np.asarray(rows, dtype=np.int64)
+        index = self._bm25.scores
+        data, indices, indptr = index["data"], index["indices"], index["indptr"]
+        total = np.zeros(len(rows), dtype=np.dtype(self._bm25.dtype))
+        for term_id in self._query_term_ids(query):
+            start, end = indptr[term_id], indptr[term_id + 1]
+            if start == end:
+                continue
+            postings = indices[start:end]
+            # `rows` in the postings' own integer type: searching with another would copy the whole posting list.
+            found = np.minimum(np.searchsorted(postings, rows.astype(postings.dtype)), len(postings) - 1)
+            total += np.where(postings[found] == rows, data[start:end][found], 0).astype(total.dtype)
+        return total
 
     def _search(self, queries: dict[str, str], top_k: int) -> Run:
         """Queries left with no term (only stopwords or one-character words) match no document: they get an empty

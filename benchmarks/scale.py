@@ -1,0 +1,248 @@
+"""How each phase of a fine-tuning run grows with the corpus: wall time and peak memory at N passages, and the
+log-log slope between sizes, on synthetic corpora made from the shared data.
+
+A corpus of N passages is built from a pool of real sentences (SciFact's abstracts and the shared English prose):
+each passage is 3 to 6 sentences drawn with a seed, with a distinct id, so BM25 sees varied text; each query is one
+sentence of a passage, which is its judged document. Every phase runs in a process of its own, so that its peak
+resident memory (`ru_maxrss`, less the process's memory once the libraries are imported) is its own:
+
+- `corpus`: loading the BEIR folder (`load_collection`);
+- `bm25_index`, `bm25_search`: indexing the corpus, then retrieving the top 100 of every query (the mining search);
+- `bm25_teacher`: the BM25 teacher's scores of 8 pairs a query (`BM25Teacher.score`), also with 10x the queries;
+- `dense_encoding`: encoding the corpus with `--encoder` (only up to `--max_encoded`: a CPU encodes slowly);
+- `dense_search`: the dense retriever's index and top-100 search of every query, its corpus vectors read from the
+  embedding cache (random unit vectors stand in where the corpus was not encoded).
+
+    python -m benchmarks.scale --work_dir scale-work --sizes 10000 100000 1000000 \\
+        --encoder ../shared/models/splade-tiny
+
+The table and the slopes are printed and kept in `--work_dir/scale.json`; rerunning skips the measured phases.
+"""
+
+import argparse
+import json
+import math
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.harness import ResultStore, limit_threads, markdown_table
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+TOP_K = 100
+PAIRS_PER_QUERY = 8
+ENCODED_LENGTH = 128
+PHASES = ("corpus", "bm25_index", "bm25_search", "bm25_teacher", "bm25_teacher_10x_queries", "dense_encoding", "dense_search")
+
+
+# Synthetic collections -----------------------------------------------------------------------------------------
+
+
+def sentence_pool(data_dir: Path) -> list[str]:
+    """Real sentences: SciFact's abstracts split at full stops, and lines of the shared English prose."""
+    sentences = []
+    for line in (data_dir / "scifact" / "corpus.jsonl").read_text(encoding="utf-8").splitlines():
+        sentences += [part.strip() for part in json.loads(line)["text"].split(". ") if len(part.split()) >= 5]
+    for path in sorted((data_dir / "pretrain_text").glob("*.txt")):
+        sentences += [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if len(line.split()) >= 8]
+    return sentences
+
+
+def write_collection(folder: Path, passages: int, queries: int, pool: list[str], seed: int = 0) -> Path:
+    """A BEIR folder of `passages` passages and `queries` queries (qrels/test.tsv), written once."""
+    if (folder / "qrels" / "test.tsv").is_file():
+        return folder
+    rng = np.random.default_rng(seed)
+    staging = folder.with_name(folder.name + ".incomplete")
+    (staging / "qrels").mkdir(parents=True, exist_ok=True)
+    lengths = rng.integers(3, 7, size=passages)
+    first_sentences = []
+    with (staging / "corpus.jsonl").open("w", encoding="utf-8") as corpus:
+        for number, length in enumerate(lengths):
+            picked = rng.integers(0, len(pool), size=length)
+            first_sentences.append(int(picked[0]))
+            text = ". ".join(pool[index] for index in picked)
+            corpus.write(json.dumps({"_id": f"p{number}", "title": "", "text": text}) + "\n")
+    judged = rng.choice(passages, size=queries, replace=queries > passages)
+    with (staging / "queries.jsonl").open("w", encoding="utf-8") as query_file, \
+            (staging / "qrels" / "test.tsv").open("w", encoding="utf-8") as qrels:
+        qrels.write("query-id\tcorpus-id\tscore\n")
+        for number, passage in enumerate(judged):
+            query_file.write(json.dumps({"_id": f"q{number}", "text": pool[first_sentences[passage]]}) + "\n")
+            qrels.write(f"q{number}\tp{passage}\t1\n")
+    staging.rename(folder)
+    return folder
+
+
+# Phases, each run in a process of its own -----------------------------------------------------------------------
+
+
+def run_phase(phase: str, folder: Path, encoder: str, cache_dir: Path) -> dict:
+    """`phase` on the collection in `folder`: {"phase_seconds": the phase's own wall time, ...}."""
+    from training.data.collection import load_collection
+
+    start = time.perf_counter()
+    collection = load_collection(str(folder), "test")
+    if phase == "corpus":
+        return {"phase_seconds": time.perf_counter() - start}
+    if phase.startswith("bm25"):
+        return bm25_phase(phase, collection)
+    return dense_phase(phase, collection, encoder, cache_dir)
+
+
+def bm25_phase(phase: str, collection) -> dict:
+    from training.evaluation.retrievers import BM25Retriever
+    from training.finetuning.teachers import BM25Teacher
+
+    start = time.perf_counter()
+    if phase.startswith("bm25_teacher"):
+        teacher = BM25Teacher(collection.corpus)
+        rng = np.random.default_rng(0)
+        queries = list(collection.queries.values())
+        if phase == "bm25_teacher_10x_queries":
+            queries = [f"{query} {number}" for number in range(10) for query in queries]
+        documents = list(collection.corpus.values())
+        pair_queries = [query for query in queries for _ in range(PAIRS_PER_QUERY)]
+        pair_documents = [documents[row] for row in rng.integers(0, len(documents), size=len(pair_queries))]
+        start = time.perf_counter()
+        teacher.score(pair_queries, pair_documents)
+        return {"phase_seconds": time.perf_counter() - start, "pairs": len(pair_queries)}
+    retriever = BM25Retriever(show_progress_bar=False)
+    retriever.index(collection.corpus)
+    if phase == "bm25_index":
+        return {"phase_seconds": time.perf_counter() - start}
+    start = time.perf_counter()
+    retriever.search(collection.queries, top_k=TOP_K)
+    return {"phase_seconds": time.perf_counter() - start}
+
+
+def dense_phase(phase: str, collection, encoder: str, cache_dir: Path) -> dict:
+    from training.common.models import load_sentence_transformer
+    from training.evaluation.embedding_cache import weights_fingerprint
+    from training.evaluation.retrievers import DenseRetriever
+
+    model = load_sentence_transformer(encoder, max_seq_length=ENCODED_LENGTH)
+    retriever = DenseRetriever(
+        model, "dense", batch_size=64, cache_dir=str(cache_dir), cache_key=weights_fingerprint(model),
+        show_progress_bar=False,
+    )
+    start = time.perf_counter()
+    retriever.index(collection.corpus)
+    indexed = time.perf_counter() - start
+    if phase == "dense_encoding":
+        return {"phase_seconds": indexed, "from_cache": retriever.corpus_from_cache}
+    start = time.perf_counter()
+    retriever.search(collection.queries, top_k=TOP_K)
+    return {"phase_seconds": time.perf_counter() - start, "index_seconds": indexed, "from_cache": retriever.corpus_from_cache}
+
+
+def stand_in_vectors(folder: Path, encoder: str, cache_dir: Path) -> None:
+    """Random unit vectors written where the dense retriever's cache would keep the corpus' encoding, so that search
+    at a size too large to encode here reads them as it would read real ones."""
+    from training.common.models import load_sentence_transformer
+    from training.data.collection import load_collection
+    from training.evaluation.embedding_cache import model_cache_file, save_embeddings, weights_fingerprint
+    from training.evaluation.retrievers.base import corpus_fingerprint
+
+    model = load_sentence_transformer(encoder, max_seq_length=ENCODED_LENGTH)
+    corpus = load_collection(str(folder), "test").corpus  # as the phase reads it: its fingerprint keys the cache
+    path = model_cache_file(str(cache_dir), weights_fingerprint(model), model, corpus_fingerprint(corpus))
+    if path.is_file():
+        return
+    rng = np.random.default_rng(0)
+    vectors = rng.standard_normal((len(corpus), model.get_sentence_embedding_dimension()), dtype=np.float32)
+    save_embeddings(path, vectors / np.linalg.norm(vectors, axis=1, keepdims=True))
+
+
+def resident_mb() -> float:
+    """This process's resident memory now, in MB (Linux)."""
+    pages = int(Path("/proc/self/statm").read_text().split()[1])
+    return pages * resource.getpagesize() / 2**20
+
+
+def measured_in_a_process(phase: str, folder: Path, encoder: str, cache_dir: Path) -> dict:
+    """The phase run by this module in a new process: its result and that process's peak resident memory."""
+    command = [sys.executable, "-m", "benchmarks.scale", "--phase", phase, "--collection", str(folder),
+               "--encoder", encoder, "--cache_dir", str(cache_dir)]
+    finished = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True)
+    if finished.returncode != 0:
+        sys.exit(f"phase {phase} on {folder} failed:\n{finished.stderr[-3000:]}")
+    return json.loads(finished.stdout.strip().splitlines()[-1])
+
+
+# The table ------------------------------------------------------------------------------------------------------
+
+
+def slope(small: tuple[int, float], large: tuple[int, float]) -> float | None:
+    """d log(value) / d log(N) between two sizes."""
+    (n_small, small_value), (n_large, large_value) = small, large
+    if small_value <= 0 or large_value <= 0:
+        return None
+    return math.log(large_value / small_value) / math.log(n_large / n_small)
+
+
+def report(results: dict, sizes: list[int]) -> str:
+    rows = []
+    for phase in PHASES:
+        measured = [(size, results.get(f"{phase}@{size}")) for size in sizes]
+        measured = [(size, result) for size, result in measured if result is not None]
+        if not measured:
+            continue
+        cells = [f"{result['phase_seconds']:.1f} s, {result['phase_peak_mb']:.0f} MB" for _, result in measured]
+        slopes = []
+        for (small, small_result), (large, large_result) in zip(measured, measured[1:]):
+            time_slope = slope((small, small_result["phase_seconds"]), (large, large_result["phase_seconds"]))
+            memory_slope = slope((small, small_result["phase_peak_mb"]), (large, large_result["phase_peak_mb"]))
+            slopes.append(f"{small:,}->{large:,}: time {time_slope:.2f}, memory {memory_slope:.2f}")
+        rows.append([phase, "; ".join(f"N={size:,}: {cell}" for (size, _), cell in zip(measured, cells)), "; ".join(slopes)])
+    return markdown_table(["phase", "wall time; peak memory above the libraries' own", "log-log slope"], rows)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--work_dir", default="scale-work", help="Where the collections, cache and results go.")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000], help="Passages a corpus.")
+    parser.add_argument("--queries", type=int, default=10_000, help="Queries of every collection.")
+    parser.add_argument("--encoder", default=str(REPO_ROOT.parent / "shared" / "models" / "splade-tiny"),
+                        help="The dense encoder's folder, run at ENCODED_LENGTH tokens (default: splade-tiny's BERT "
+                        "with [CLS] pooling, small enough to encode a corpus on a CPU; its vectors mean nothing here).")
+    parser.add_argument("--max_encoded", type=int, default=100_000,
+                        help="Encode corpora up to this size; larger ones search random stand-in vectors.")
+    parser.add_argument("--data_dir", default=str(SHARED_DATA), help="The shared data (scifact/, pretrain_text/).")
+    parser.add_argument("--phase", choices=PHASES, help=argparse.SUPPRESS)
+    parser.add_argument("--collection", help=argparse.SUPPRESS)
+    parser.add_argument("--cache_dir", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    limit_threads()
+    if args.phase:  # one phase, in the process `measured_in_a_process` started
+        import training.evaluation.retrievers  # noqa: F401  (the libraries' own memory, before the phase's)
+        import training.finetuning.teachers  # noqa: F401
+
+        baseline = resident_mb()
+        result = run_phase(args.phase, Path(args.collection), args.encoder, Path(args.cache_dir))
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(json.dumps({**result, "peak_rss_mb": peak, "phase_peak_mb": peak - baseline}))
+        return
+
+    work = Path(args.work_dir)
+    cache_dir = work / "embedding-cache"
+    store = ResultStore(work / "scale.json")
+    pool = sentence_pool(Path(args.data_dir))
+    for size in sorted(args.sizes):
+        folder = write_collection(work / f"collection-{size}", size, args.queries, pool)
+        for phase in PHASES:
+            if phase == "dense_encoding" and size > args.max_encoded:
+                continue
+            if phase == "dense_search" and size > args.max_encoded:
+                stand_in_vectors(folder, args.encoder, cache_dir)
+            store.get_or_run(f"{phase}@{size}", lambda: measured_in_a_process(phase, folder, args.encoder, cache_dir))
+    print(report(store.results, sorted(args.sizes)))
+
+
+if __name__ == "__main__":
+    main()

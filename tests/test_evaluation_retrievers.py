@@ -94,10 +94,11 @@ def test_dense_pair_scores_are_the_search_scores_of_those_documents(minilm_dir, 
     np.testing.assert_allclose(found, [score for _, _, score in pairs], rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("queries_per_block", [None, 7])
-def test_sparse_search_equals_the_dense_product_of_splade_vectors(sparse_model, collection, queries_per_block, monkeypatch):
-    if queries_per_block is not None:  # the 30 queries scored in 5 blocks
-        monkeypatch.setattr(sparse, "SCORE_BLOCK_VALUES", queries_per_block * len(collection.corpus))
+@pytest.mark.parametrize("document_blocks", [None, 5])
+def test_sparse_search_equals_the_dense_product_of_splade_vectors(sparse_model, collection, document_blocks, monkeypatch):
+    if document_blocks is not None:  # the 30 queries' scores over the corpus in 5 blocks of documents
+        documents_per_block = -(-len(collection.corpus) // document_blocks)
+        monkeypatch.setattr(sparse, "SCORE_BLOCK_VALUES", len(collection.queries) * documents_per_block)
     retriever = SparseRetriever(sparse_model, "tiny-splade", show_progress_bar=False)
     retriever.index(collection.corpus)
 

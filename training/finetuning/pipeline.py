@@ -15,6 +15,11 @@ uses (`--cache_dir`), keyed by the model's weights and the corpus, and the dev e
 mining and the final evaluation of the same weights read it from there, as do a resumed run, another run from
 the same start, and evaluate.py scoring the start or the result. Where the run's time went (training steps,
 corpus encodings, mining, evaluation, saving, the rest) is logged at the end and kept in `finetuning/timings.json`.
+
+Under `accelerate launch --num_processes N`, evaluations, mining and teacher scoring run on the main process (one
+ranking, one set of files) with their encodings shared by every process (`common/shared_encoding.py`): each encodes
+a 1/N slice of every corpus and query set, and `timings.json` keeps how many texts each process encoded
+(`encoded_texts`); the rounds' own dev evaluations, called by the trainer, are shared by sentence-transformers.
 """
 
 import copy
@@ -43,6 +48,7 @@ from ..common.output_dir import (
     staging_dir,
 )
 from ..common.serving import add_serving_fields
+from ..common.shared_encoding import SharedEncoding
 from ..common.timing import PhaseTimer, TrainingStepTimer, breakdown_lines
 from ..data.collection import Collection, load_collection
 from ..evaluation.evaluator import RetrievalEvaluator, indexed, model_retriever
@@ -84,6 +90,8 @@ STATE_DIR = "finetuning"
 RUN_FILE = "run.json"
 START_METRICS_FILE = "start_dev_metrics.json"
 TIMINGS_FILE = "timings.json"
+ENCODED_TEXTS = "encoded_texts"  # in TIMINGS_FILE: {phase: one [texts of process 0, of process 1, ...] per encoding}
+START_EVALUATION = "start evaluation"
 MINING = "mining"
 # Folders whose own maximum length is the one their users serve them at (sentence_bert_config.json).
 SERVED_KINDS = ("sentence-transformer", "sparse-encoder")
@@ -194,7 +202,8 @@ def prepare_output_dir(output_dir: Path, description: dict, overwrite: bool) -> 
 
 
 def on_main_process(training_args, work):
-    """`work()` run by the main process alone, its result sent to every process (mining is not sharded)."""
+    """`work()` run by the main process alone, its result sent to every process: work that encodes nothing (work
+    that encodes runs in `SharedEncoding.run`)."""
     result = [work() if training_args.process_index == 0 else None]
     if training_args.world_size > 1:
         broadcast_object_list(result, from_process=0)
@@ -235,10 +244,10 @@ def scored_by(evaluator: RetrievalEvaluator):
     return lambda model: (evaluator(model), evaluator.per_query)
 
 
-def evaluate_once(path: Path, model, evaluator, training_args) -> tuple[dict, dict]:
+def evaluate_once(path: Path, model, evaluator, sharing: SharedEncoding, phase: str) -> tuple[dict, dict]:
     """The evaluator's metrics of `model` and its per-query values, computed once per output folder (by the main
-    process) and kept in `path` and its per-query twin."""
-    return on_main_process(training_args, lambda: evaluated_once(path, lambda: scored_by(evaluator)(model)))
+    process, every process encoding its share) and kept in `path` and its per-query twin."""
+    return sharing.run(phase, [model], lambda: evaluated_once(path, lambda: scored_by(evaluator)(model)))
 
 
 def run_finetuning(
@@ -274,7 +283,7 @@ def run_finetuning(
     model.max_seq_length = lengths.training
 
     output_dir = Path(training_args.output_dir)
-    with output_dir_lock(str(output_dir), training_args.process_index == 0):
+    with output_dir_lock(str(output_dir), training_args.process_index == 0), SharedEncoding() as sharing:
         description = run_description(model_args, data_args, recipe, training_args)
         refusal = on_main_process(
             training_args, lambda: prepare_output_dir(output_dir, description, training_args.overwrite_output_dir)
@@ -282,10 +291,12 @@ def run_finetuning(
         if refusal is not None:
             raise InputError(refusal)
         finetune_in_rounds(
-            family, model, model_args, data_args, recipe, training_args, training_set, test_collection, lengths, timer
+            family, model, model_args, data_args, recipe, training_args, training_set, test_collection, lengths,
+            timer, sharing,
         )
+        encoded_texts = sharing.per_process()  # gathered from every process
         if training_args.process_index == 0:
-            report_timings(output_dir / STATE_DIR / TIMINGS_FILE, timer)
+            report_timings(output_dir / STATE_DIR / TIMINGS_FILE, timer, encoded_texts)
     return output_dir
 
 
@@ -313,23 +324,29 @@ def check_published_length(length: int, model) -> None:
         )
 
 
-def report_timings(path: Path, timer: PhaseTimer) -> None:
-    """Log where the run's wall time went, and keep it in `path`."""
+def report_timings(path: Path, timer: PhaseTimer, encoded_texts: dict[str, list[list[int]]]) -> None:
+    """Log where the run's wall time went, and keep it in `path` with the texts each process encoded in each phase
+    (`SharedEncoding.per_process`)."""
     breakdown = timer.breakdown()
-    write_json_atomically(path, breakdown)
+    write_json_atomically(path, {**breakdown, ENCODED_TEXTS: encoded_texts})
     logger.info("Wall time of this run, by phase:\n%s", "\n".join(breakdown_lines(breakdown)))
 
 
-def choose_start(family: RetrieverFamily, model, model_args, evaluator, state_dir: Path, training_args):
+def choose_start(
+    family: RetrieverFamily, model, model_args, evaluator, state_dir: Path, training_args, sharing: SharedEncoding
+):
     """(the start's path, its model, its dev metrics and per-query values, the line saying how it was chosen or
-    None): --model_name_or_path, or with --candidate_starts whichever of them scores best on the dev split."""
+    None): --model_name_or_path, or with --candidate_starts whichever of them scores best on the dev split. The other
+    candidates are loaded and scored by the main process alone: --model_name_or_path's encodings only are shared."""
     if not model_args.candidate_starts:
-        start_metrics, start_per_query = evaluate_once(state_dir / START_METRICS_FILE, model, evaluator, training_args)
+        start_metrics, start_per_query = evaluate_once(
+            state_dir / START_METRICS_FILE, model, evaluator, sharing, START_EVALUATION
+        )
         return model_args.model_name_or_path, model, start_metrics, start_per_query, None
     given = model_args.model_name_or_path
     paths = [given, *model_args.candidate_starts]
     metric = evaluator.primary_metric
-    metrics, per_query = on_main_process(training_args, lambda: candidate_dev_metrics(
+    metrics, per_query = sharing.run(START_EVALUATION, [model], lambda: candidate_dev_metrics(
         paths, lambda path: model if path == given else family.load(path, model_args), scored_by(evaluator),
         state_dir / CANDIDATE_STARTS_FILE,
     ))
@@ -349,7 +366,7 @@ def choose_start(family: RetrieverFamily, model, model_args, evaluator, state_di
 
 def finetune_in_rounds(
     family: RetrieverFamily, model, model_args, data_args, recipe, training_args, training_set: TrainingSet,
-    test_collection: Collection | None, lengths: Lengths, timer: PhaseTimer,
+    test_collection: Collection | None, lengths: Lengths, timer: PhaseTimer, sharing: SharedEncoding,
 ) -> None:
     """Choose the start, train the rounds, and publish the best of them and the start (see `choose_final_model`)."""
     state_dir = Path(training_args.output_dir) / STATE_DIR
@@ -359,10 +376,12 @@ def finetune_in_rounds(
         cache_dir=data_args.cache_dir, timer=timer, max_seq_length=lengths.published,
     )
     start_path, model, start_metrics, start_per_query, start_choice = choose_start(
-        family, model, model_args, evaluator, state_dir, training_args
+        family, model, model_args, evaluator, state_dir, training_args, sharing
     )
     plans = [round_plan(state_dir, number) for number in range(1, recipe.mining_rounds + 1)]
-    train_rounds(family, model, model_args, recipe, training_args, training_set, plans, evaluator, start_path, timer)
+    train_rounds(
+        family, model, model_args, recipe, training_args, training_set, plans, evaluator, start_path, timer, sharing
+    )
     best, decision = choose_final_model(plans, start_per_query, evaluator.primary_metric, state_dir)
     final_model = family.load_as_served(start_path if best is None else str(best.model_dir), model_args)
     final_model.max_seq_length = lengths.published
@@ -376,7 +395,9 @@ def finetune_in_rounds(
             test_collection, name=split, batch_size=training_args.per_device_eval_batch_size, show_progress_bar=True,
             cache_dir=data_args.cache_dir, timer=timer,
         )
-        test_metrics, _ = evaluate_once(state_dir / f"{split}_metrics.json", final_model, test_evaluator, training_args)
+        test_metrics, _ = evaluate_once(
+            state_dir / f"{split}_metrics.json", final_model, test_evaluator, sharing, f"{split} evaluation"
+        )
     if training_args.process_index == 0:
         with timer.phase(SAVING):
             publish(
@@ -391,22 +412,24 @@ def finetune_in_rounds(
 
 def train_rounds(
     family: RetrieverFamily, model, model_args, recipe, training_args, training_set: TrainingSet,
-    plans: list[RoundPlan], evaluator: RetrievalEvaluator, start_path: str, timer: PhaseTimer,
+    plans: list[RoundPlan], evaluator: RetrievalEvaluator, start_path: str, timer: PhaseTimer, sharing: SharedEncoding,
 ) -> None:
-    """Train every round not yet complete, each from the model the previous one ended with."""
+    """Train every round not yet complete, each from the model the previous one ended with. Mining and teacher
+    scoring run on the main process, the model's and the teachers' encodings shared by every process."""
     teacher = load_teacher(recipe.teacher, training_set.corpus) if recipe.teacher else None
     for plan in plans:
         if plan.is_complete:
             model = family.load(str(plan.model_dir), model_args)
             # Kept by a run from before per-query values were: that round is scored again, at the published length.
-            evaluate_once(plan.folder / DEV_METRICS_FILE, model, evaluator, training_args)
+            evaluate_once(plan.folder / DEV_METRICS_FILE, model, evaluator, sharing, f"round {plan.number} evaluation")
             continue
         set_seed(training_args.seed + plan.number)
         # Mining and the sparse label scale both read the round's start model's index: built (from the cache) once.
         model_index = functools.cache(lambda: own_index(model, training_set.corpus, evaluator))
         with timer.phase(MINING):
-            examples, scores = on_main_process(
-                training_args,
+            examples, scores = sharing.run(
+                f"round {plan.number} {MINING}",
+                [model, *(teacher.models if teacher else [])],
                 lambda: prepare_examples(
                     plan, training_set, recipe, training_args.seed,
                     retriever_for_model=model_index,

@@ -18,17 +18,27 @@ BM25_TEACHER = "bm25"
 START_TEACHER = "start"  # the starting checkpoint, frozen
 
 
+def distinct(texts: list[str]) -> tuple[list[str], list[int]]:
+    """The distinct texts, in the order they first appear, and the row of each of `texts` among them: a teacher
+    encodes each distinct text once, however many pairs it is in (a query is in one per negative, and more)."""
+    rows = {text: row for row, text in enumerate(dict.fromkeys(texts))}
+    return list(rows), [rows[text] for text in texts]
+
+
 class BiEncoderTeacher:
-    """A SentenceTransformer: the similarity of the query's and the document's embeddings."""
+    """A SentenceTransformer: the similarity of the query's and the document's embeddings, each distinct text encoded
+    once."""
 
     def __init__(self, path: str, batch_size: int = 64):
         self.name, self.batch_size = path, batch_size
         self.model = load_sentence_transformer(path)
 
     def score(self, queries: list[str], documents: list[str]) -> np.ndarray:
-        query_embeddings = self.model.encode(queries, batch_size=self.batch_size, convert_to_tensor=True)
-        document_embeddings = self.model.encode(documents, batch_size=self.batch_size, convert_to_tensor=True)
-        return self.model.similarity_pairwise(query_embeddings, document_embeddings).float().cpu().numpy()
+        (query_texts, query_rows), (document_texts, document_rows) = distinct(queries), distinct(documents)
+        query_embeddings = self.model.encode(query_texts, batch_size=self.batch_size, convert_to_tensor=True)
+        document_embeddings = self.model.encode(document_texts, batch_size=self.batch_size, convert_to_tensor=True)
+        pairs = query_embeddings[query_rows], document_embeddings[document_rows]
+        return self.model.similarity_pairwise(*pairs).float().cpu().numpy()
 
 
 class CrossEncoderTeacher:
@@ -52,12 +62,9 @@ class SparseTeacher:
         self.model, self.name, self.batch_size = model, name, batch_size
 
     def score(self, queries: list[str], documents: list[str]) -> np.ndarray:
-        query_rows = {text: row for row, text in enumerate(dict.fromkeys(queries))}
-        document_rows = {text: row for row, text in enumerate(dict.fromkeys(documents))}
-        query_vectors = encode_sparse(self.model, list(query_rows), "query", self.batch_size)
-        document_vectors = encode_sparse(self.model, list(document_rows), "document", self.batch_size)
-        pairs_queries = query_vectors[[query_rows[text] for text in queries]]
-        pairs_documents = document_vectors[[document_rows[text] for text in documents]]
+        (query_texts, query_rows), (document_texts, document_rows) = distinct(queries), distinct(documents)
+        pairs_queries = encode_sparse(self.model, query_texts, "query", self.batch_size)[query_rows]
+        pairs_documents = encode_sparse(self.model, document_texts, "document", self.batch_size)[document_rows]
         return np.asarray(pairs_queries.multiply(pairs_documents).sum(axis=1), dtype=np.float32).ravel()
 
 

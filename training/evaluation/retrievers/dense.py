@@ -48,8 +48,15 @@ class DenseRetriever(Retriever):
         self._index: faiss.IndexFlatIP | None = None
 
     def _embeddings(self, encode, texts: list[str]) -> np.ndarray:
-        """`encode` (the model's encode_document or encode_query) of `texts`, as the model outputs them."""
-        return encode(texts, batch_size=self.batch_size, show_progress_bar=self.show_progress_bar, convert_to_numpy=True)
+        """`encode` (the model's encode_document or encode_query) of `texts`, as the model outputs them, at the model's
+        length now. The length goes with the texts: under sentence-transformers' distributed evaluation (and
+        `common/shared_encoding.py`) the other processes encode their slices with their own copies of the model, at
+        their own length, which is the training length where an evaluator judges at the published one."""
+        length = self.model.max_seq_length
+        return encode(
+            texts, batch_size=self.batch_size, show_progress_bar=self.show_progress_bar, convert_to_numpy=True,
+            processing_kwargs=None if length is None else {"text": {"max_length": length}},
+        )
 
     def _vectors(self, embeddings: np.ndarray) -> np.ndarray:
         """The vectors searched by inner product, a new array: L2-normalised for a cosine model."""

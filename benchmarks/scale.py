@@ -8,7 +8,8 @@ resident memory (`ru_maxrss`, less the process's memory once the libraries are i
 
 - `corpus`: loading the BEIR folder (`load_collection`);
 - `bm25_index`, `bm25_search`: indexing the corpus, then retrieving the top 100 of every query (the mining search);
-- `bm25_teacher`: the BM25 teacher's scores of 8 pairs a query (`BM25Teacher.score`), also with 10x the queries;
+- `bm25_teacher`: the BM25 teacher's scores of 8 pairs a query (`BM25Teacher.score`), also with 10x the queries
+  (its `scoring_peak_mb`: what scoring holds beyond the pairs it is given, traced by tracemalloc);
 - `dense_encoding`: encoding the corpus with `--encoder` (only up to `--max_encoded`: a CPU encodes slowly);
 - `dense_search`: the dense retriever's index and top-100 search of every query, its corpus vectors read from the
   embedding cache (random unit vectors stand in where the corpus was not encoded).
@@ -26,6 +27,7 @@ import resource
 import subprocess
 import sys
 import time
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -109,9 +111,12 @@ def bm25_phase(phase: str, collection) -> dict:
         documents = list(collection.corpus.values())
         pair_queries = [query for query in queries for _ in range(PAIRS_PER_QUERY)]
         pair_documents = [documents[row] for row in rng.integers(0, len(documents), size=len(pair_queries))]
+        tracemalloc.start()  # what scoring itself holds, beyond the pairs it is given
         start = time.perf_counter()
         teacher.score(pair_queries, pair_documents)
-        return {"phase_seconds": time.perf_counter() - start, "pairs": len(pair_queries)}
+        seconds, scoring_peak = time.perf_counter() - start, tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        return {"phase_seconds": seconds, "pairs": len(pair_queries), "scoring_peak_mb": scoring_peak / 2**20}
     retriever = BM25Retriever(show_progress_bar=False)
     retriever.index(collection.corpus)
     if phase == "bm25_index":
@@ -157,6 +162,17 @@ def stand_in_vectors(folder: Path, encoder: str, cache_dir: Path) -> None:
     rng = np.random.default_rng(0)
     vectors = rng.standard_normal((len(corpus), model.get_sentence_embedding_dimension()), dtype=np.float32)
     save_embeddings(path, vectors / np.linalg.norm(vectors, axis=1, keepdims=True))
+
+
+def saved_encoder(path: str, folder: Path) -> str:
+    """The encoder as a SentenceTransformer folder, saved once: loaded from a bare checkpoint, a model may get freshly
+    initialised weights (a BERT pooler), different in every process, and the embedding cache is keyed by the weights,
+    so every phase must load the very same ones."""
+    from training.common.models import load_sentence_transformer
+
+    if not (folder / "modules.json").is_file():
+        load_sentence_transformer(path, max_seq_length=ENCODED_LENGTH).save(str(folder))
+    return str(folder)
 
 
 def resident_mb() -> float:
@@ -231,6 +247,7 @@ def main(argv: list[str] | None = None) -> None:
 
     work = Path(args.work_dir)
     cache_dir = work / "embedding-cache"
+    encoder = saved_encoder(args.encoder, work / "encoder")
     store = ResultStore(work / "scale.json")
     pool = sentence_pool(Path(args.data_dir))
     for size in sorted(args.sizes):
@@ -239,8 +256,8 @@ def main(argv: list[str] | None = None) -> None:
             if phase == "dense_encoding" and size > args.max_encoded:
                 continue
             if phase == "dense_search" and size > args.max_encoded:
-                stand_in_vectors(folder, args.encoder, cache_dir)
-            store.get_or_run(f"{phase}@{size}", lambda: measured_in_a_process(phase, folder, args.encoder, cache_dir))
+                stand_in_vectors(folder, encoder, cache_dir)
+            store.get_or_run(f"{phase}@{size}", lambda: measured_in_a_process(phase, folder, encoder, cache_dir))
     print(report(store.results, sorted(args.sizes)))
 
 

@@ -14,6 +14,7 @@ from sentence_transformers import SentenceTransformer
 
 from finetune_helpers import TINY_FINETUNE, finetune, round_dir, weights_checksum
 from training import evaluate
+from training.common.timing import breakdown_lines
 from training.data.collection import load_collection
 from training.evaluation.evaluator import RetrievalEvaluator
 from training.finetuning.arguments import FinetuningModelArguments
@@ -132,3 +133,7 @@ def test_the_wall_time_breakdown_counts_every_step_and_encoding(spied_run):
     phases = [row["seconds"] for phase, row in timings.items() if phase not in ("total", "encoded_texts")]
     assert all(seconds >= 0 for seconds in phases)
     assert sum(phases) == pytest.approx(timings["total"]["seconds"], abs=0.1)
+    # The file reads back as the breakdown it was logged as: a line a phase, not one for encoded_texts.
+    assert [line.split(":")[0].strip() for line in breakdown_lines(timings)] == [
+        phase for phase in timings if phase != "encoded_texts"
+    ]

@@ -75,9 +75,11 @@ class TrainingStepTimer(TrainerCallback):
 
 
 def breakdown_lines(breakdown: dict[str, dict[str, float]]) -> list[str]:
-    """One line per phase: seconds, share of the total, and how many times it ran."""
+    """One line per phase: seconds, share of the total, and how many times it ran. Other entries kept beside the
+    phases (a run's `encoded_texts` in timings.json) are not phases and are left out."""
     total = breakdown["total"]["seconds"] or 1.0
     return [
         f"{phase:>16}: {row['seconds']:9.1f} s {100 * row['seconds'] / total:5.1f}%  x{row['count']}"
         for phase, row in breakdown.items()
+        if isinstance(row, dict) and "seconds" in row
     ]

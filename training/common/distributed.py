@@ -1,4 +1,5 @@
-"""Make `accelerate launch --num_processes N --cpu` start N processes.
+"""Several processes: make `accelerate launch --num_processes N --cpu` start N of them, and run work on the main
+process alone with its result sent to every process (`on_main_process`).
 
 accelerate 1.x starts several CPU processes only through `mpirun` (with `--mpirun_hostfile`);
 without it, its launcher starts ONE process and only sets MASTER_ADDR/MASTER_PORT. The script
@@ -9,6 +10,8 @@ Accelerate (and so the Trainer) sees as one data-parallel job.
 import os
 import sys
 from pathlib import Path
+
+from accelerate.utils import broadcast_object_list
 
 WORLD_SIZE_VARIABLES = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
 
@@ -48,3 +51,12 @@ def relaunch_cpu_processes_if_requested() -> None:
     print(f"accelerate started one CPU process for {num_processes}; relaunching: {' '.join(command)}", file=sys.stderr)
     sys.stdout.flush()
     os.execv(sys.executable, command)
+
+
+def on_main_process(training_args, work):
+    """`work()` run by the main process alone, its result sent to every process: work that encodes nothing (work
+    that encodes runs in `SharedEncoding.run`)."""
+    result = [work() if training_args.process_index == 0 else None]
+    if training_args.world_size > 1:
+        broadcast_object_list(result, from_process=0)
+    return result[0]

@@ -30,13 +30,13 @@ import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from accelerate.utils import broadcast_object_list
 from transformers import set_seed
 
 import modeling_seed  # noqa: F401  (registers SEED with the Auto classes in every process)
 from modeling_seed import SeedEncoderConfig
 
 from ..data.corpus import embedded_corpus_passages, load_raw_corpus
+from ..common.distributed import on_main_process
 from ..common.errors import InputError
 from ..common.models import model_kind, transformer_config
 from ..common.output_dir import (
@@ -199,15 +199,6 @@ def prepare_output_dir(output_dir: Path, description: dict, overwrite: bool) -> 
     (output_dir / STATE_DIR).mkdir(parents=True, exist_ok=True)
     write_json_atomically(output_dir / STATE_DIR / RUN_FILE, description)
     return None
-
-
-def on_main_process(training_args, work):
-    """`work()` run by the main process alone, its result sent to every process: work that encodes nothing (work
-    that encodes runs in `SharedEncoding.run`)."""
-    result = [work() if training_args.process_index == 0 else None]
-    if training_args.world_size > 1:
-        broadcast_object_list(result, from_process=0)
-    return result[0]
 
 
 def own_index(model, corpus: dict[str, str], evaluator: RetrievalEvaluator):

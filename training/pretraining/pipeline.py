@@ -4,7 +4,6 @@ import logging
 import os
 from pathlib import Path
 
-from accelerate.utils import broadcast_object_list
 from datasets import Dataset, IterableDataset
 from transformers import PreTrainedTokenizerFast, set_seed
 from transformers.integrations import is_deepspeed_zero3_enabled
@@ -14,6 +13,7 @@ import modeling_seed  # noqa: F401  (registers SEED with the Auto classes in eve
 from modeling_seed import DataCollatorForSeedPretraining, SeedEncoderForPreTraining
 
 from ..data.corpus import check_train_files, load_raw_corpus, shared_out_by_example
+from ..common.distributed import on_main_process
 from ..common.errors import InputError
 from ..common.output_dir import (
     FINISHED_MARKER,
@@ -183,11 +183,17 @@ def _load_corpus(data_args: DataArguments, training_args: SeedPretrainingArgumen
     barrier of --ddp_timeout seconds (default 1,800): raise it for a corpus that takes longer to read."""
     streaming = data_args.streaming
     if data_args.train_file:
-        refusal = _refusal_on_main_process(
-            training_args, lambda: check_train_files(data_args.train_file, data_args.text_column, streaming)
-        )
-        if refusal is not None:
-            raise InputError(refusal)
+
+        def refusal() -> str | None:
+            try:
+                check_train_files(data_args.train_file, data_args.text_column, streaming)
+            except InputError as error:
+                return str(error)
+            return None
+
+        message = on_main_process(training_args, refusal)
+        if message is not None:
+            raise InputError(message)
     with training_args.main_process_first(desc="reading the corpus"):
         raw_corpus = load_raw_corpus(
             data_args.train_file, data_args.dataset_dir, data_args.text_column, streaming, check=False
@@ -197,19 +203,6 @@ def _load_corpus(data_args: DataArguments, training_args: SeedPretrainingArgumen
             range(min(data_args.max_train_samples, len(raw_corpus)))
         )
     return raw_corpus
-
-
-def _refusal_on_main_process(training_args: SeedPretrainingArguments, check) -> str | None:
-    """What `check()` refuses when run by the main process alone (None if nothing), sent to every process."""
-    refusal = [None]
-    if training_args.process_index == 0:
-        try:
-            check()
-        except InputError as error:
-            refusal[0] = str(error)
-    if training_args.world_size > 1:
-        broadcast_object_list(refusal, from_process=0)
-    return refusal[0]
 
 
 def _inspect_output_dir(training_args: SeedPretrainingArguments) -> ExistingRun | None:

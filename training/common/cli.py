@@ -155,12 +155,14 @@ def parse_arguments(parser: HfArgumentParser, argv: list[str]) -> tuple:
         raise InputError(f"Invalid arguments: {error}") from None
 
 
-def exit_status(run: Callable[[], str]) -> int:
-    """Run a script's work: 0 after printing its success line, 2 after printing a bad-input error."""
+def exit_status(run: Callable[[], str | None]) -> int:
+    """Run a script's work: 0 after printing its success line (None: nothing to print, as on a process other than
+    the main one), 2 after printing a bad-input error."""
     try:
         message = run()
     except InputError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    print(message)
+    if message is not None:
+        print(message)
     return 0

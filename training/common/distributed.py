@@ -9,8 +9,11 @@ Accelerate (and so the Trainer) sees as one data-parallel job.
 
 import os
 import sys
+
+import torch
 from pathlib import Path
 
+from accelerate import PartialState
 from accelerate.utils import broadcast_object_list
 
 WORLD_SIZE_VARIABLES = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
@@ -53,10 +56,20 @@ def relaunch_cpu_processes_if_requested() -> None:
     os.execv(sys.executable, command)
 
 
-def on_main_process(training_args, work):
+def distributed_state() -> PartialState:
+    """This process's place in the run (`process_index`, `num_processes`, `device`), with the processes' group formed
+    the first time it is asked for where a launcher started several (the Trainer's arguments form it themselves)."""
+    # Told nothing, accelerate treats processes on a machine without an accelerator as one each; the Trainer's
+    # arguments ask for CPU processes in the same two cases.
+    on_cpu = os.environ.get("ACCELERATE_USE_CPU", "").lower() == "true" or not torch.accelerator.is_available()
+    return PartialState(cpu=on_cpu)
+
+
+def on_main_process(work):
     """`work()` run by the main process alone, its result sent to every process: work that encodes nothing (work
     that encodes runs in `SharedEncoding.run`)."""
-    result = [work() if training_args.process_index == 0 else None]
-    if training_args.world_size > 1:
+    state = distributed_state()
+    result = [work() if state.is_main_process else None]
+    if state.num_processes > 1:
         broadcast_object_list(result, from_process=0)
     return result[0]

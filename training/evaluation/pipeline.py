@@ -4,11 +4,13 @@ and report. Every input is checked (collection, models) before any encoding star
 import logging
 from pathlib import Path
 
+from ..common.distributed import distributed_state, on_main_process
 from ..common.errors import InputError
 from ..common.models import load_sentence_transformer, load_sparse_encoder, model_kind, split_model_spec
 from .arguments import EvaluationArguments
-from ..data.collection import load_collection
-from .evaluate import evaluate_retriever
+from ..common.shared_encoding import SharedEncoding
+from ..data.collection import Collection, load_collection
+from .evaluate import EvaluationResult, evaluate_retriever
 from .evaluator import model_retriever
 from .report import markdown_table, write_json, write_trec_runs
 from .retrievers import BM25Retriever, HybridRetriever, Retriever
@@ -51,33 +53,71 @@ def build_retriever(spec: str, options: EvaluationArguments, built: dict[str, Re
     return built[spec]
 
 
-def build_retrievers(specs: list[str], options: EvaluationArguments) -> list[Retriever]:
+def build_retrievers(specs: list[str], options: EvaluationArguments) -> tuple[list[Retriever], list]:
+    """The retrievers `specs` name, and the models they encode with, each once, in the order they were loaded: the
+    same order on every process of a run, which `SharedEncoding` relies on."""
     built: dict[str, Retriever] = {}
-    return [build_retriever(spec, options, built) for spec in specs]
+    retrievers = [build_retriever(spec, options, built) for spec in specs]
+    models = [retriever.model for retriever in built.values() if hasattr(retriever, "model")]
+    device = distributed_state().device
+    if distributed_state().num_processes > 1:  # alone, a model stays where sentence-transformers put it
+        for model in models:
+            model.to(device)
+    return retrievers, models
 
 
-def run_evaluation(args: EvaluationArguments) -> str:
-    """Evaluate every retriever of `args` on the split; returns the markdown table (also written as JSON and TREC
-    runs when asked)."""
+def load_collections(args: EvaluationArguments) -> tuple[Collection, Collection | None]:
+    """The split to evaluate on and the one a hybrid's fusion is tuned on (None unless asked for)."""
     collection = load_collection(args.data_dir, args.split, args.skip_unknown_ids)
     tuning = None
     if args.fusion_tune_split is not None:
         tuning = load_collection(args.data_dir, args.fusion_tune_split, args.skip_unknown_ids, corpus=collection.corpus)
-    retrievers = build_retrievers(args.retrievers, args)
-    logger.info(
-        "Evaluating %d retrievers on %s: %d queries, %d documents",
-        len(retrievers), collection.name, len(collection.queries), len(collection.corpus),
-    )
-    results = []
-    for retriever in retrievers:
-        if tuning is not None and isinstance(retriever, HybridRetriever):
-            retriever.index(collection.corpus)
-            retriever.tune(tuning.queries, tuning.qrels, args.top_k, split=args.fusion_tune_split)
-            logger.info("%s: fusion tuned on %s: %s", retriever.name, args.fusion_tune_split, retriever.params)
-        results.append(evaluate_retriever(retriever, collection, args.top_k))
-    table = markdown_table(collection, results)
+    return collection, tuning
+
+
+def evaluated(retriever: Retriever, collection: Collection, tuning: Collection | None, args: EvaluationArguments) -> EvaluationResult:
+    if tuning is not None and isinstance(retriever, HybridRetriever):
+        retriever.index(collection.corpus)
+        retriever.tune(tuning.queries, tuning.qrels, args.top_k, split=args.fusion_tune_split)
+        logger.info("%s: fusion tuned on %s: %s", retriever.name, args.fusion_tune_split, retriever.params)
+    return evaluate_retriever(retriever, collection, args.top_k)
+
+
+def run_evaluation(args: EvaluationArguments) -> str | None:
+    """Evaluate every retriever of `args` on the split; returns the markdown table (also written as JSON and TREC
+    runs when asked).
+
+    Under `accelerate launch` with several processes, the main process alone reads the collection, searches, scores
+    and writes; every encoding is shared (`SharedEncoding`): each process encodes its slice of every corpus and query
+    set, and the report records how many texts each encoded. The other processes return None."""
+    with SharedEncoding() as sharing:
+        collections: list = []
+
+        def read() -> str | None:
+            try:
+                collections.extend(load_collections(args))
+            except InputError as error:
+                return str(error)
+            return None
+
+        refusal = on_main_process(read)  # the collection's problem, refused on every process before a model loads
+        if refusal is not None:
+            raise InputError(refusal)
+        retrievers, models = build_retrievers(args.retrievers, args)
+        results: list[EvaluationResult] = []  # filled on the main process
+        if collections:
+            logger.info(
+                "Evaluating %d retrievers on %s: %d queries, %d documents",
+                len(retrievers), collections[0].name, len(collections[0].queries), len(collections[0].corpus),
+            )
+        for retriever in retrievers:
+            sharing.run(retriever.name, models, lambda r=retriever: results.append(evaluated(r, *collections, args)))
+        encoded_texts = sharing.per_process()
+    if not collections:
+        return None
+    collection = collections[0]
     if args.output_json is not None:
-        write_json(args.output_json, collection, args, results)
+        write_json(args.output_json, collection, args, results, encoded_texts)
     if args.save_runs is not None:
         write_trec_runs(args.save_runs, results)
-    return table
+    return markdown_table(collection, results)

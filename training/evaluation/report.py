@@ -52,7 +52,12 @@ def markdown_table(collection: Collection, results: list[EvaluationResult]) -> s
     return "\n".join(lines)
 
 
-def write_json(path: str, collection: Collection, arguments, results: list[EvaluationResult]) -> None:
+def write_json(
+    path: str, collection: Collection, arguments, results: list[EvaluationResult],
+    encoded_texts: dict[str, list[list[int]]] | None = None,
+) -> None:
+    """The run's metrics, statistics and settings; with several processes, `encoded_texts` too: {retriever: one
+    [texts encoded by process 0, by process 1, ...] per encoding it made}."""
     report = {
         "collection": {"name": collection.name, "queries": len(collection.queries), "documents": len(collection.corpus)},
         "arguments": asdict(arguments),
@@ -60,6 +65,8 @@ def write_json(path: str, collection: Collection, arguments, results: list[Evalu
             {"retriever": r.name, "metrics": r.metrics, "stats": r.stats, "settings": r.settings} for r in results
         ],
     }
+    if encoded_texts:
+        report["encoded_texts"] = encoded_texts
     Path(path).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
 
 

@@ -277,7 +277,7 @@ def run_finetuning(
     with output_dir_lock(str(output_dir), training_args.process_index == 0), SharedEncoding() as sharing:
         description = run_description(model_args, data_args, recipe, training_args)
         refusal = on_main_process(
-            training_args, lambda: prepare_output_dir(output_dir, description, training_args.overwrite_output_dir)
+            lambda: prepare_output_dir(output_dir, description, training_args.overwrite_output_dir)
         )
         if refusal is not None:
             raise InputError(refusal)
@@ -349,7 +349,7 @@ def choose_start(
         logger.warning(choice_line)
         model = family.load(start_path, model_args)
     # Scored with the candidates already: kept where every run keeps its start's dev metrics, not scored again.
-    start_metrics, start_per_query = on_main_process(training_args, lambda: evaluated_once(
+    start_metrics, start_per_query = on_main_process(lambda: evaluated_once(
         state_dir / START_METRICS_FILE, lambda: (metrics[start_path], per_query[start_path])
     ))
     return start_path, model, start_metrics, start_per_query, choice_line

@@ -191,7 +191,7 @@ def _load_corpus(data_args: DataArguments, training_args: SeedPretrainingArgumen
                 return str(error)
             return None
 
-        message = on_main_process(training_args, refusal)
+        message = on_main_process(refusal)
         if message is not None:
             raise InputError(message)
     with training_args.main_process_first(desc="reading the corpus"):

@@ -40,6 +40,7 @@ def test_two_cpu_processes_encode_half_each_and_report_what_one_process_reports(
     assert two.returncode == 0, two.stderr[-3000:]
     assert one.returncode == 0, one.stderr[-3000:]
     assert "relaunching" in two.stderr
+    assert not (REPO_ROOT / "none").exists()  # 'none' is no cache, not a folder named so
     assert two.stdout.count("| retriever |") == 1  # one table, printed by the main process
     reports = [json.loads((tmp_path / f"{run}.json").read_text()) for run in ("two", "one")]
     assert [result["retriever"] for result in reports[0]["results"]] == [sparse, dense, f"hybrid:bm25+{dense}"]

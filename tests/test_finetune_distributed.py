@@ -31,9 +31,11 @@ def test_two_cpu_processes_share_each_step_and_encoding_and_agree_with_one(tmp_p
     # whole step, and their negatives would differ with them: at a learning rate of 1e-12, below float32's resolution
     # for all but the tiniest weights, round 2 mines the same model's own index in both runs. That index is encoded at
     # 32 tokens (the evaluations at 64), so mining encodes the corpus as well as the queries. (The later flags override
-    # TINY_FINETUNE's.)
+    # TINY_FINETUNE's.) A candidate start, the same weights in another folder, is scored on the dev split too.
+    candidate = tmp_path / "candidate"
+    candidate.symlink_to(minilm_dir, target_is_directory=True)
     arguments = [
-        "--model_name_or_path", minilm_dir, "--data_dir", scifact_slice, *TINY_FINETUNE, "--learning_rate", "1e-12",
+        "--model_name_or_path", minilm_dir, "--candidate_starts", candidate, "--data_dir", scifact_slice, *TINY_FINETUNE, "--learning_rate", "1e-12",
         "--max_seq_length", "32", "--published_max_seq_length", "64", "--negatives", "self",
         "--negatives_range_min", "2", "--negatives_range_max", "20", "--max_steps", "2", "--eval_split", "test",
     ]
@@ -60,15 +62,16 @@ def test_two_cpu_processes_share_each_step_and_encoding_and_agree_with_one(tmp_p
     assert FinetuningRun(two).start_dev_metrics == pytest.approx(FinetuningRun(one).start_dev_metrics)
     test_metrics = [json.loads((run / "finetuning" / "test_metrics.json").read_text()) for run in (two, one)]
     assert test_metrics[0] == pytest.approx(test_metrics[1])
-    # Each process encodes half of every set: at the start the corpus and the dev queries, in round 2's mining the
-    # corpus (the own index at 32 tokens: not in the cache) and the training queries, then the test queries (the
-    # corpus read from the cache). One process shares nothing, and counts nothing.
+    # Each process encodes half of every set: at the start the corpus and the dev queries, then the candidate's dev
+    # queries (its corpus, the same weights', read from the cache), in round 2's mining the corpus (the own index at
+    # 32 tokens: not in the cache) and the training queries, then the test queries (the corpus read from the cache).
+    # One process shares nothing, and counts nothing.
     training_set = training_set_from_beir(str(scifact_slice), 0.1, None, seed=3)  # --dev_fraction's default
     test_queries = load_collection(str(scifact_slice), "test").queries
     corpus = len(training_set.corpus)
     shared = encoded_texts(two)
     assert {phase: [sum(shares) for shares in encodings] for phase, encodings in shared.items()} == {
-        "start evaluation": [corpus, len(training_set.dev.queries)],
+        "start evaluation": [corpus, len(training_set.dev.queries), len(training_set.dev.queries)],
         "round 2 mining": [corpus, len(training_set.queries)],
         "test evaluation": [len(test_queries)],
     }

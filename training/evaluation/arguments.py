@@ -9,7 +9,7 @@ import Stemmer
 
 from ..common.errors import InputError
 from ..common.output_dir import check_writable_file, check_writable_folder
-from .embedding_cache import default_cache_dir
+from .embedding_cache import cache_dir_or_none, default_cache_dir
 from .metrics import DEFAULT_METRICS
 
 DEEPEST_CUTOFF = max(int(metric.split("@")[1]) for metric in DEFAULT_METRICS)
@@ -54,12 +54,13 @@ class EvaluationArguments:
         default=None, metadata={"help": "Truncate texts to this many tokens (default: each model's own setting)."}
     )
     batch_size: int = field(default=32, metadata={"help": "Texts per batch when encoding with a model."})
-    cache_dir: str = field(
+    cache_dir: str | None = field(
         default_factory=default_cache_dir,
         metadata={
             "help": "Where corpus embeddings (dense and sparse) are cached, keyed by the model's weights, tokenizer and "
             "modules and the corpus; training/finetune.py keeps its encodings there too, so the same weights never "
-            "encode the same corpus twice (default: $XDG_CACHE_HOME or ~/.cache, then seed-encoder/embeddings)."
+            "encode the same corpus twice (default: $XDG_CACHE_HOME or ~/.cache, then seed-encoder/embeddings); 'none' "
+            "keeps nothing and encodes every corpus afresh."
         },
     )
     bm25_k1: float = field(default=1.5, metadata={"help": "BM25 k1 (term-frequency saturation)."})
@@ -99,6 +100,7 @@ class EvaluationArguments:
             raise InputError(f"--batch_size {self.batch_size}: must be at least 1.")
         if self.max_seq_length is not None and self.max_seq_length < 3:
             raise InputError(f"--max_seq_length {self.max_seq_length}: needs room for [CLS], a token and [SEP].")
+        self.cache_dir = cache_dir_or_none(self.cache_dir)
         if self.bm25_k1 < 0 or not 0 <= self.bm25_b <= 1:
             raise InputError(f"--bm25_k1 {self.bm25_k1} --bm25_b {self.bm25_b}: k1 must be >= 0 and b within [0, 1].")
         self._check_bm25_text_processing()

@@ -21,6 +21,11 @@ def default_cache_dir() -> str:
     return os.path.join(root, "seed-encoder", "embeddings")
 
 
+def cache_dir_or_none(flag_value: str) -> str | None:
+    """A `--cache_dir` flag's folder, or None (no cache: every corpus encoded afresh) for 'none'."""
+    return None if flag_value.lower() == "none" else flag_value
+
+
 def weights_fingerprint(model: torch.nn.Module) -> str:
     """A hash of a model's weights in memory (every parameter and buffer, by name): the identity the cache keys on,
     whether the model was loaded from a folder or is being trained. Any optimizer step gives another fingerprint;

@@ -11,7 +11,7 @@ from ..common.cli import recipe_file_field
 from ..common.errors import InputError
 from ..common.model_cards import check_hub_model_id
 from ..common.trainer_values import check_trainer_values
-from ..evaluation.embedding_cache import default_cache_dir
+from ..evaluation.embedding_cache import cache_dir_or_none, default_cache_dir
 from .pseudo_queries import CROPS, PSEUDO_QUERY_KINDS, TITLES
 
 OWN_SCALE, SIMILARITY_SCALE = "own", "similarity_scale"
@@ -209,17 +209,18 @@ class FinetuningDataArguments:
     skip_unknown_ids: bool = field(
         default=False, metadata={"help": "Drop qrels lines whose query or document id does not exist, instead of stopping."}
     )
-    cache_dir: str = field(
+    cache_dir: str | None = field(
         default_factory=default_cache_dir,
         metadata={
             "help": "Where the run keeps each model's encoding of the corpus (the start's, each round's), keyed by its "
             "weights, tokenizer and modules and the corpus: the one cache training/evaluate.py uses, so a start it "
             "has already evaluated, or another run from the same start, is not encoded again (default: "
-            "$XDG_CACHE_HOME or ~/.cache, then seed-encoder/embeddings)."
+            "$XDG_CACHE_HOME or ~/.cache, then seed-encoder/embeddings); 'none' keeps nothing."
         },
     )
 
     def __post_init__(self):
+        self.cache_dir = cache_dir_or_none(self.cache_dir)
         if self.data_dir and self.train_file:
             raise InputError("--data_dir and --train_file are two sources of training pairs: pass one of them.")
         if self.corpus_file and (self.data_dir or self.train_file):

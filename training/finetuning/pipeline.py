@@ -76,7 +76,7 @@ from .fresh_crops import FreshCrops
 from .model_card import describe_recipe, fill_card_data, write_model_card
 from .pseudo_queries import TITLES
 from .rounds import (
-    DEV_METRICS_FILE, SAVING, RoundPlan, evaluated_once, prepare_examples, round_plan, train_round,
+    DEV_METRICS_FILE, SAVING, RoundPlan, evaluated_once, is_kept, prepare_examples, round_plan, train_round,
     write_json_atomically,
 )
 from .starts import (
@@ -327,8 +327,8 @@ def choose_start(
     family: RetrieverFamily, model, model_args, evaluator, state_dir: Path, training_args, sharing: SharedEncoding
 ):
     """(the start's path, its model, its dev metrics and per-query values, the line saying how it was chosen or
-    None): --model_name_or_path, or with --candidate_starts whichever of them scores best on the dev split. The other
-    candidates are loaded and scored by the main process alone: --model_name_or_path's encodings only are shared."""
+    None): --model_name_or_path, or with --candidate_starts whichever of them scores best on the dev split. Every
+    process loads each candidate in turn and encodes its share of the dev split with it."""
     if not model_args.candidate_starts:
         start_metrics, start_per_query = evaluate_once(
             state_dir / START_METRICS_FILE, model, evaluator, sharing, START_EVALUATION
@@ -337,10 +337,15 @@ def choose_start(
     given = model_args.model_name_or_path
     paths = [given, *model_args.candidate_starts]
     metric = evaluator.primary_metric
-    metrics, per_query = sharing.run(START_EVALUATION, [model], lambda: candidate_dev_metrics(
-        paths, lambda path: model if path == given else family.load(path, model_args), scored_by(evaluator),
-        state_dir / CANDIDATE_STARTS_FILE,
-    ))
+    kept_in = state_dir / CANDIDATE_STARTS_FILE
+
+    def scored(path: str) -> tuple[dict, dict]:
+        candidate = model if path == given else family.load(path, model_args)
+        return sharing.run(START_EVALUATION, [candidate], lambda: scored_by(evaluator)(candidate))
+
+    # A resumed run reads the scores its main process kept; no process loads a candidate again.
+    scores = None if on_main_process(lambda: is_kept(kept_in)) else {path: scored(path) for path in paths}
+    metrics, per_query = on_main_process(lambda: candidate_dev_metrics(scores, kept_in))
     start_path = best_start(paths, metrics, metric)
     choice_line = start_choice_line(paths, metrics, metric, start_path)
     if start_path == given:

@@ -77,12 +77,17 @@ def per_query_file(metrics_file: Path) -> Path:
     return metrics_file.with_name(f"{metrics_file.stem}_per_query.json")
 
 
+def is_kept(metrics_file: Path) -> bool:
+    """Whether `evaluated_once` has kept the metrics and their per-query twin in `metrics_file`."""
+    return metrics_file.is_file() and per_query_file(metrics_file).is_file()
+
+
 def evaluated_once(metrics_file: Path, evaluate: Callable[[], tuple[dict, dict]]) -> tuple[dict, dict]:
     """(metrics, per-query values) of `evaluate()`, computed once and kept in `metrics_file` and its per-query twin:
     the twin is written first, so a resumed run that finds the metrics finds both (a run from before per-query
     values were kept evaluates again)."""
     per_query = per_query_file(metrics_file)
-    if not (metrics_file.is_file() and per_query.is_file()):
+    if not is_kept(metrics_file):
         metrics, values = evaluate()
         write_json_atomically(per_query, values)
         write_json_atomically(metrics_file, metrics)

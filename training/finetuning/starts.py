@@ -9,7 +9,6 @@ the second won back. With the original among the candidate starts, the run train
 split, and compares its rounds with that one.
 """
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,16 +25,16 @@ BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, BOOTSTRAP_CHUNK = 2000, 0, 100
 
 
 def candidate_dev_metrics(
-    paths: list[str], load: Callable, evaluate: Callable, kept_in: Path
+    scores: dict[str, tuple[dict, dict]] | None, kept_in: Path
 ) -> tuple[dict[str, dict], dict[str, dict]]:
-    """Each path's dev metrics and per-query values (`evaluate(load(path))` gives both), computed once and kept in
-    `kept_in` and its per-query twin, so that a resumed run chooses the same start without scoring them again."""
+    """Each candidate's dev metrics and per-query values, kept in `kept_in` and its per-query twin the first time
+    (`scores`: path -> (metrics, per-query values)), so that a resumed run chooses the same start without scoring
+    them again (`scores` None: read back)."""
 
-    def evaluate_all() -> tuple[dict[str, dict], dict[str, dict]]:
-        scored = {path: evaluate(load(path)) for path in paths}
-        return {path: metrics for path, (metrics, _) in scored.items()}, {path: values for path, (_, values) in scored.items()}
+    def split() -> tuple[dict[str, dict], dict[str, dict]]:
+        return {path: metrics for path, (metrics, _) in scores.items()}, {path: values for path, (_, values) in scores.items()}
 
-    return evaluated_once(kept_in, evaluate_all)
+    return evaluated_once(kept_in, split)
 
 
 def best_start(paths: list[str], metrics: dict[str, dict], metric: str) -> str:

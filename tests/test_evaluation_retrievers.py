@@ -17,6 +17,7 @@ from training.common.models import load_sentence_transformer, load_sparse_encode
 from training.data.collection import load_collection
 from training.evaluation.embedding_cache import model_cache_file, save_embeddings
 from training.evaluation.retrievers import BM25Retriever, DenseRetriever, HybridRetriever, SparseRetriever, dense, sparse
+from training.evaluation.retrievers import faiss_index
 from training.evaluation.retrievers.base import corpus_fingerprint
 
 TOP_K = 20
@@ -228,7 +229,7 @@ def test_a_cached_corpus_is_indexed_from_the_file_a_chunk_at_a_time(dense_model,
     embeddings = np.random.default_rng(0).standard_normal((len(corpus), dense_model.get_embedding_dimension()))
     embeddings = embeddings.astype(np.float32)
     save_embeddings(model_cache_file(str(tmp_path), "weights-1", dense_model, corpus_fingerprint(corpus)), embeddings)
-    monkeypatch.setattr(dense, "ADD_CHUNK", 1000)
+    monkeypatch.setattr(faiss_index, "ADD_CHUNK", 1000)
     retriever = DenseRetriever(dense_model, "tiny", cache_dir=str(tmp_path), cache_key="weights-1", show_progress_bar=False)
 
     tracemalloc.start()

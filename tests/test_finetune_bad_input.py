@@ -74,6 +74,9 @@ def test_a_teacher_folder_without_a_model_is_refused(capsys, out, scifact_slice,
         (["--negatives", "bm25", "--negatives_range_min", "30", "--negatives_range_max", "20"], "--negatives_range_min"),
         (["--train_file", "pairs.jsonl"], "--train_file"),
         (["--corpus_file", "passages.txt"], "--corpus_file"),
+        (["--negatives", "bm25", "--mining_index", "ivf"], "--mining_index ivf"),
+        (["--sparse", "--mining_index", "ivf"], "--mining_index ivf"),
+        (["--mining_index", "hnsw"], "--mining_index hnsw"),
     ],
 )
 def test_contradictory_flags_are_refused(capsys, out, scifact_slice, tiny_seed_dir, flags, named):

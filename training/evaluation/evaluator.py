@@ -18,14 +18,23 @@ EVALUATION = "evaluation"
 CORPUS_ENCODING = "corpus encoding"
 
 
-def model_retriever(model, name: str, batch_size: int, cache_dir: str | None, show_progress_bar: bool = True) -> Retriever:
-    """Exact search with a model being trained: dense for a SentenceTransformer, sparse for a SparseEncoder. With
-    `cache_dir`, its encoded corpus is kept there under the identity of its current weights, so the same weights
-    never encode the same corpus twice, and weights trained any further never read another's."""
-    retriever_class = SparseRetriever if isinstance(model, SparseEncoder) else DenseRetriever
-    return retriever_class(
-        model, name=name, batch_size=batch_size, show_progress_bar=show_progress_bar,
-        cache_dir=cache_dir, cache_key=None if cache_dir is None else weights_fingerprint(model),
+def model_retriever(
+    model, name: str, batch_size: int, cache_dir: str | None, show_progress_bar: bool = True, **dense_index
+) -> Retriever:
+    """Search with a model being trained: dense for a SentenceTransformer (exact unless `dense_index` asks for an
+    approximate index: `index_kind`, `nprobe`), exact sparse search for a SparseEncoder (the finetuning pipeline
+refuses an approximate index for it before any work). With `cache_dir`, its
+    encoded corpus is kept there under the identity of its current weights, so the same weights never encode the
+    same corpus twice, and weights trained any further never read another's."""
+    cache_key = None if cache_dir is None else weights_fingerprint(model)
+    if isinstance(model, SparseEncoder):
+        return SparseRetriever(
+            model, name=name, batch_size=batch_size, show_progress_bar=show_progress_bar, cache_dir=cache_dir,
+            cache_key=cache_key,
+        )
+    return DenseRetriever(
+        model, name=name, batch_size=batch_size, show_progress_bar=show_progress_bar, cache_dir=cache_dir,
+        cache_key=cache_key, **dense_index,
     )
 
 

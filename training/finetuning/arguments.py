@@ -12,6 +12,7 @@ from ..common.errors import InputError
 from ..common.model_cards import check_hub_model_id
 from ..common.trainer_values import check_trainer_values
 from ..evaluation.embedding_cache import cache_dir_or_none, default_cache_dir
+from ..evaluation.retrievers.faiss_index import DEFAULT_NPROBE, EXACT, INDEX_KINDS
 from .pseudo_queries import CROPS, PSEUDO_QUERY_KINDS, TITLES
 
 OWN_SCALE, SIMILARITY_SCALE = "own", "similarity_scale"
@@ -285,6 +286,19 @@ class RecipeArguments:
         },
     )
     negatives_range_max: int = field(default=50, metadata={"help": "Mine negatives from ranks up to N."})
+    mining_index: str = field(
+        default="exact",
+        metadata={
+            "help": "How --negatives self or model searches the model's own index of the corpus: exact (every "
+            "document, the default) or ivf (a faiss inverted file of 4·sqrt(N) lists, --mining_nprobe of them searched "
+            "a query: for corpora of millions, where exact search per query grows with N; its recall@100 against exact "
+            "is in benchmarks/records/scale.md). Evaluation is always exact. Either runs on all GPUs faiss sees."
+        },
+    )
+    mining_nprobe: int = field(
+        default=DEFAULT_NPROBE,
+        metadata={"help": "With --mining_index ivf: lists searched a query (more: slower, closer to exact)."},
+    )
     mining_rounds: int | None = field(
         default=None,
         metadata={
@@ -333,6 +347,15 @@ class RecipeArguments:
             raise InputError(f"--negatives {self.negatives}: expected one of {', '.join(NEGATIVE_SOURCES)}.")
         if self.distillation not in DISTILLATION_LOSSES:
             raise InputError(f"--distillation {self.distillation}: expected one of {', '.join(DISTILLATION_LOSSES)}.")
+        if self.mining_index not in INDEX_KINDS:
+            raise InputError(f"--mining_index {self.mining_index}: expected one of {', '.join(INDEX_KINDS)}.")
+        if self.mining_index != EXACT and self.negatives not in REMINING_SOURCES:
+            raise InputError(
+                f"--mining_index {self.mining_index} searches the model's own index, which only --negatives self or "
+                f"model mines from (--negatives {self.negatives} does not): drop the flag or change --negatives."
+            )
+        if self.mining_nprobe < 1:
+            raise InputError(f"--mining_nprobe {self.mining_nprobe}: must be at least 1.")
         if self.mining_rounds is None:
             self.mining_rounds = 2 if self.negatives == "self" else 1
         if self.mining_rounds < 1:

@@ -13,6 +13,7 @@ from sentence_transformers.sparse_encoder.losses import CachedSpladeLoss, Splade
 
 from ..common.model_cards import model_card_template, recipe_of_run
 from ..data.collection import Collection
+from ..evaluation.retrievers.faiss_index import IVF
 from .arguments import OWN_SCALE, SIMILARITY_SCALE
 from .data import TrainingSet
 from .rounds import RoundPlan
@@ -131,6 +132,8 @@ def describe_recipe(recipe, loss) -> dict:
             "self": "BM25 in round 1, then the model's own index (ANCE-style)",
             "model": "the model's own index, re-mined before every round",
         }[recipe.negatives]
+        if recipe.negatives in ("self", "model") and recipe.mining_index == IVF:
+            source += f", searched approximately (a faiss IVF index, {recipe.mining_nprobe} lists a query)"
         negatives = (
             f"{recipe.negatives_per_query} per pair, drawn from ranks {recipe.negatives_range_min + 1}-"
             f"{recipe.negatives_range_max} of {source}, judged positives excluded"

@@ -53,6 +53,7 @@ from ..common.timing import PhaseTimer, TrainingStepTimer, breakdown_lines
 from ..data.collection import Collection, load_collection
 from ..evaluation.evaluator import RetrievalEvaluator, indexed, model_retriever
 from ..evaluation.report import STAT_COLUMNS
+from ..evaluation.retrievers.faiss_index import EXACT
 from .arguments import (
     SMALL_SEED_HIDDEN_SIZE,
     SMALL_SEED_LEARNING_RATE,
@@ -201,13 +202,16 @@ def prepare_output_dir(output_dir: Path, description: dict, overwrite: bool) -> 
     return None
 
 
-def own_index(model, corpus: dict[str, str], evaluator: RetrievalEvaluator):
+def own_index(model, corpus: dict[str, str], evaluator: RetrievalEvaluator, recipe: RecipeArguments):
     """The model's own index of the training corpus, for ANCE-style mining, at the training length: it ranks as the
     model being trained does, and its scores set a sparse student's label scale. The dev evaluation that ended the
     previous round encoded the corpus with these very weights (when the training corpus is the dev corpus, as in
     a BEIR collection, and the run is published at the length it trains at): its encoding is read from the cache
     rather than made again."""
-    retriever = model_retriever(model, "self", evaluator.batch_size, evaluator.cache_dir)
+    retriever = model_retriever(
+        model, "self", evaluator.batch_size, evaluator.cache_dir, index_kind=recipe.mining_index,
+        nprobe=recipe.mining_nprobe,
+    )
     return indexed(retriever, corpus, evaluator.timer)
 
 
@@ -259,6 +263,11 @@ def run_finetuning(
     if training_args.learning_rate is None:
         training_args.learning_rate = default_learning_rate(model_args.model_name_or_path)
     family = retriever_family(model_args)
+    if family.sparse and recipe.mining_index != EXACT:
+        raise InputError(
+            f"--mining_index {recipe.mining_index} is a dense (faiss) index; a --sparse model mines from its exact "
+            "inverted index: drop --mining_index."
+        )
     if recipe.teacher:
         recipe.teacher = with_start_teacher(recipe.teacher, model_args.model_name_or_path, family.sparse)
     check_teacher_specs(recipe.teacher or [])
@@ -421,7 +430,7 @@ def train_rounds(
             continue
         set_seed(training_args.seed + plan.number)
         # Mining and the sparse label scale both read the round's start model's index: built (from the cache) once.
-        model_index = functools.cache(lambda: own_index(model, training_set.corpus, evaluator))
+        model_index = functools.cache(lambda: own_index(model, training_set.corpus, evaluator, recipe))
         with timer.phase(MINING):
             examples, scores = sharing.run(
                 f"round {plan.number} {MINING}",

@@ -1,4 +1,5 @@
-"""Dense retrieval: exact inner-product search with faiss over the whole corpus, embeddings optionally cached on disk."""
+"""Dense retrieval: inner-product search with faiss over the whole corpus (exact by default), embeddings optionally
+cached on disk."""
 
 import faiss
 import numpy as np
@@ -8,9 +9,9 @@ from tqdm.auto import tqdm
 from ...common.errors import InputError
 from ..embedding_cache import cached_embeddings, model_cache_file
 from .base import Retriever, Run, run_from_top_k
+from .faiss_index import DEFAULT_NPROBE, EXACT, INDEX_KINDS, build_index, describe, on_all_gpus
 
 SEARCH_CHUNK = 1024  # queries per faiss call (one progress step)
-ADD_CHUNK = 16384  # documents added to the index at a time: 24 MiB of fp32 at 384 dimensions
 
 
 class DenseRetriever(Retriever):
@@ -21,6 +22,10 @@ class DenseRetriever(Retriever):
     With `cache_dir` and `cache_key` (the identity of the model's weights, `weights_fingerprint(model)`), corpus
     embeddings are read from and written to `cache_dir`, keyed by that identity, the tokenizer, the model's modules
     (pooling, max_seq_length, normalisation), its prompts and the corpus' content.
+
+    `index_kind` "ivf" searches an inverted file (`nprobe` lists a query) instead of the whole corpus: for mining at
+    large N, where exact search grows with N per query (see `faiss_index.py` and the scale benchmark's recall). The
+    index is searched on all GPUs faiss sees, if any.
     """
 
     def __init__(
@@ -31,8 +36,12 @@ class DenseRetriever(Retriever):
         cache_dir: str | None = None,
         cache_key: str | None = None,
         show_progress_bar: bool = True,
+        index_kind: str = EXACT,
+        nprobe: int = DEFAULT_NPROBE,
     ):
         super().__init__(name)
+        if index_kind not in INDEX_KINDS:
+            raise InputError(f"{name}: index {index_kind!r}; choose one of {', '.join(INDEX_KINDS)}.")
         if model.similarity_fn_name not in ("cosine", "dot"):
             raise InputError(
                 f"{name}: the model's similarity function is {model.similarity_fn_name!r}; inner-product search "
@@ -44,8 +53,11 @@ class DenseRetriever(Retriever):
         self.cache_key = cache_key
         self.show_progress_bar = show_progress_bar
         self.settings = {"similarity": model.similarity_fn_name, "max_seq_length": model.max_seq_length}
+        self.index_kind = index_kind
+        self.nprobe = nprobe
         self.corpus_from_cache = False
-        self._index: faiss.IndexFlatIP | None = None
+        self._index: faiss.Index | None = None  # on the CPU: documents' vectors are read back from it
+        self._search_index: faiss.Index | None = None  # the same, or its clone on the GPUs
 
     def _embeddings(self, encode, texts: list[str]) -> np.ndarray:
         """`encode` (the model's encode_document or encode_query) of `texts`, as the model outputs them, at the model's
@@ -74,19 +86,18 @@ class DenseRetriever(Retriever):
         return embeddings
 
     def _build_index(self, corpus: dict[str, str]) -> None:
-        """The flat index of the corpus' vectors, added a chunk at a time from the (memory-mapped) embeddings, so that
+        """The index of the corpus' vectors, added a chunk at a time from the (memory-mapped) embeddings, so that
         building it holds the index and one chunk, not a second whole matrix beside it."""
-        embeddings = self._document_embeddings(corpus)
-        self._index = faiss.IndexFlatIP(embeddings.shape[1])
-        for start in range(0, len(embeddings), ADD_CHUNK):
-            self._index.add(self._vectors(embeddings[start : start + ADD_CHUNK]))
+        self._index = build_index(self._document_embeddings(corpus), self._vectors, self.index_kind, self.nprobe)
+        self._search_index = on_all_gpus(self._index)
+        self.settings["index"] = describe(self._index)
 
     def _search(self, queries: dict[str, str], top_k: int) -> Run:
         vectors = self._vectors(self._embeddings(self.model.encode_query, list(queries.values())))
         scores, indices = [], []
         starts = range(0, len(vectors), SEARCH_CHUNK)
         for start in tqdm(starts, desc="Searching", unit="chunk", disable=not self.show_progress_bar):
-            chunk_scores, chunk_indices = self._index.search(vectors[start : start + SEARCH_CHUNK], top_k)
+            chunk_scores, chunk_indices = self._search_index.search(vectors[start : start + SEARCH_CHUNK], top_k)
             scores.append(chunk_scores)
             indices.append(chunk_indices)
         return run_from_top_k(list(queries), self.document_ids, np.concatenate(indices), np.concatenate(scores))

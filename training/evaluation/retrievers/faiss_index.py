@@ -1,0 +1,72 @@
+"""The faiss index a dense retriever searches: exact (a flat inner-product index) or approximate (an inverted file,
+IVF), built on the CPU a chunk of vectors at a time, then searched on all the GPUs faiss sees, if any.
+
+The GPU path follows sentence-transformers' `mine_hard_negatives` and Tevatron's search: the index is cloned to
+every GPU as fp16 shards. It needs a faiss build with GPU support (`faiss-gpu`); the CPU build this package is
+tested with has none, so that path is not run by the tests (`faiss.get_num_gpus()` is 0 there).
+"""
+
+import math
+from collections.abc import Callable
+
+import faiss
+import numpy as np
+
+EXACT, IVF = "exact", "ivf"
+INDEX_KINDS = (EXACT, IVF)
+DEFAULT_NPROBE = 32
+# faiss warns below 39 training points a list, and samples at most 256 a list for k-means itself.
+MIN_POINTS_PER_LIST, MAX_POINTS_PER_LIST = 39, 256
+ADD_CHUNK = 16384  # vectors added to the index at a time: 24 MiB of fp32 at 384 dimensions
+
+
+def ivf_lists(num_vectors: int) -> int:
+    """The number of inverted lists for `num_vectors`: faiss' rule of thumb of 4·√N, fewer where the corpus is too
+    small to train that many (at least 39 vectors a list)."""
+    return max(1, min(round(4 * math.sqrt(num_vectors)), num_vectors // MIN_POINTS_PER_LIST))
+
+
+def training_rows(num_vectors: int, lists: int, seed: int = 0) -> np.ndarray:
+    """The rows k-means trains the lists on: a seeded sample of at most 256 a list, in ascending order so that a
+    memory-mapped matrix is read front to back."""
+    size = min(num_vectors, lists * MAX_POINTS_PER_LIST)
+    return np.sort(np.random.default_rng(seed).choice(num_vectors, size=size, replace=False))
+
+
+def build_index(
+    embeddings: np.ndarray, vectors: Callable[[np.ndarray], np.ndarray], kind: str = EXACT, nprobe: int = DEFAULT_NPROBE
+) -> faiss.Index:
+    """A CPU index of `vectors(embeddings[rows])` for every row (`vectors` turns stored embeddings into searched
+    vectors, e.g. normalised for cosine), added a chunk at a time so that building it holds the index and one chunk,
+    not a second whole matrix. An IVF index keeps each vector whole (IndexIVFFlat: only the search is approximate)
+    and a direct map, so a document's vector can be read back from it."""
+    dimension = embeddings.shape[1]
+    if kind == EXACT:
+        index = faiss.IndexFlatIP(dimension)
+    else:
+        lists = ivf_lists(len(embeddings))
+        index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dimension), dimension, lists, faiss.METRIC_INNER_PRODUCT)
+        index.train(vectors(embeddings[training_rows(len(embeddings), lists)]))
+        index.nprobe = min(nprobe, lists)
+    for start in range(0, len(embeddings), ADD_CHUNK):
+        index.add(vectors(embeddings[start : start + ADD_CHUNK]))
+    if kind == IVF:
+        index.make_direct_map()
+    return index
+
+
+def describe(index: faiss.Index) -> str:
+    """The index in a report's settings: "exact", or "ivf (nlist 288, nprobe 32)"."""
+    if isinstance(index, faiss.IndexIVF):
+        return f"{IVF} (nlist {index.nlist}, nprobe {index.nprobe})"
+    return EXACT
+
+
+def on_all_gpus(index: faiss.Index) -> faiss.Index:
+    """`index` cloned to every GPU faiss sees, as fp16 shards; the CPU index itself where it sees none."""
+    if faiss.get_num_gpus() == 0:
+        return index
+    options = faiss.GpuMultipleClonerOptions()
+    options.shard = True
+    options.useFloat16 = True
+    return faiss.index_cpu_to_all_gpus(index, co=options)

@@ -11,8 +11,11 @@ resident memory (`ru_maxrss`, less the process's memory once the libraries are i
 - `bm25_teacher`: the BM25 teacher's scores of 8 pairs a query (`BM25Teacher.score`), also with 10x the queries
   (its `scoring_peak_mb`: what scoring holds beyond the pairs it is given, traced by tracemalloc);
 - `dense_encoding`: encoding the corpus with `--encoder` (only up to `--max_encoded`: a CPU encodes slowly);
-- `dense_search`: the dense retriever's index and top-100 search of every query, its corpus vectors read from the
-  embedding cache (random unit vectors stand in where the corpus was not encoded).
+- `dense_search`: the dense retriever's exact index and top-100 search of every query, its corpus vectors read from
+  the embedding cache (random unit vectors stand in where the corpus was not encoded);
+- `dense_search_ivf`: the same with the approximate index mining may use (`--mining_index ivf`), and its recall@10
+  and recall@100 against `dense_search`'s top 100, at the default and at other `nprobe` (searched again on the
+  same index; the phase's time is the build and the default's search).
 
     python -m benchmarks.scale --work_dir scale-work --sizes 10000 100000 1000000 \\
         --encoder ../shared/models/splade-tiny
@@ -39,7 +42,12 @@ SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 TOP_K = 100
 PAIRS_PER_QUERY = 8
 ENCODED_LENGTH = 128
-PHASES = ("corpus", "bm25_index", "bm25_search", "bm25_teacher", "bm25_teacher_10x_queries", "dense_encoding", "dense_search")
+PHASES = (
+    "corpus", "bm25_index", "bm25_search", "bm25_teacher", "bm25_teacher_10x_queries", "dense_encoding", "dense_search",
+    "dense_search_ivf",
+)
+OTHER_NPROBES = (8, 128)
+EXACT_TOP = "exact_dense_top.json"  # dense_search's top 100 per query, in the collection's folder
 
 
 # Synthetic collections -----------------------------------------------------------------------------------------
@@ -94,7 +102,7 @@ def run_phase(phase: str, folder: Path, encoder: str, cache_dir: Path) -> dict:
         return {"phase_seconds": time.perf_counter() - start}
     if phase.startswith("bm25"):
         return bm25_phase(phase, collection)
-    return dense_phase(phase, collection, encoder, cache_dir)
+    return dense_phase(phase, collection, folder, encoder, cache_dir)
 
 
 def bm25_phase(phase: str, collection) -> dict:
@@ -126,15 +134,16 @@ def bm25_phase(phase: str, collection) -> dict:
     return {"phase_seconds": time.perf_counter() - start}
 
 
-def dense_phase(phase: str, collection, encoder: str, cache_dir: Path) -> dict:
+def dense_phase(phase: str, collection, folder: Path, encoder: str, cache_dir: Path) -> dict:
     from training.common.models import load_sentence_transformer
     from training.evaluation.embedding_cache import weights_fingerprint
     from training.evaluation.retrievers import DenseRetriever
+    from training.evaluation.retrievers.faiss_index import EXACT, IVF
 
     model = load_sentence_transformer(encoder, max_seq_length=ENCODED_LENGTH)
     retriever = DenseRetriever(
         model, "dense", batch_size=64, cache_dir=str(cache_dir), cache_key=weights_fingerprint(model),
-        show_progress_bar=False,
+        show_progress_bar=False, index_kind=IVF if phase == "dense_search_ivf" else EXACT,
     )
     start = time.perf_counter()
     retriever.index(collection.corpus)
@@ -142,8 +151,33 @@ def dense_phase(phase: str, collection, encoder: str, cache_dir: Path) -> dict:
     if phase == "dense_encoding":
         return {"phase_seconds": indexed, "from_cache": retriever.corpus_from_cache}
     start = time.perf_counter()
-    retriever.search(collection.queries, top_k=TOP_K)
-    return {"phase_seconds": time.perf_counter() - start, "index_seconds": indexed, "from_cache": retriever.corpus_from_cache}
+    run = retriever.search(collection.queries, top_k=TOP_K)
+    result = {
+        "phase_seconds": time.perf_counter() - start, "index_seconds": indexed, "from_cache": retriever.corpus_from_cache,
+    }
+    if phase == "dense_search":
+        (folder / EXACT_TOP).write_text(json.dumps({query_id: list(ranked) for query_id, ranked in run.items()}))
+        return result
+    exact = json.loads((folder / EXACT_TOP).read_text())
+    result.update(index=retriever.settings["index"], phase_seconds=result["phase_seconds"] + indexed)
+    result.update(recall_against_exact(run, exact, prefix=f"nprobe{retriever.nprobe}_"))
+    for nprobe in OTHER_NPROBES:
+        retriever._index.nprobe = nprobe  # the same trained lists searched wider or narrower (the CPU index is searched)
+        start = time.perf_counter()
+        run = retriever.search(collection.queries, top_k=TOP_K)
+        result[f"nprobe{nprobe}_search_seconds"] = time.perf_counter() - start
+        result.update(recall_against_exact(run, exact, prefix=f"nprobe{nprobe}_"))
+    return result
+
+
+def recall_against_exact(run: dict, exact: dict, prefix: str) -> dict:
+    """The mean share of exact search's top 10 and top 100 that `run` also returns in its top 10 and top 100."""
+    recalls = {}
+    for depth in (10, TOP_K):
+        shares = [len(set(list(run.get(query_id, {}))[:depth]) & set(ranked[:depth])) / len(ranked[:depth])
+                  for query_id, ranked in exact.items() if ranked]
+        recalls[f"{prefix}recall@{depth}"] = float(np.mean(shares))
+    return recalls
 
 
 def stand_in_vectors(folder: Path, encoder: str, cache_dir: Path) -> None:
@@ -216,7 +250,26 @@ def report(results: dict, sizes: list[int]) -> str:
             memory_slope = slope((small, small_result["phase_peak_mb"]), (large, large_result["phase_peak_mb"]))
             slopes.append(f"{small:,}->{large:,}: time {time_slope:.2f}, memory {memory_slope:.2f}")
         rows.append([phase, "; ".join(f"N={size:,}: {cell}" for (size, _), cell in zip(measured, cells)), "; ".join(slopes)])
-    return markdown_table(["phase", "wall time; peak memory above the libraries' own", "log-log slope"], rows)
+    table = markdown_table(["phase", "wall time; peak memory above the libraries' own", "log-log slope"], rows)
+    return "\n".join([table, *recall_lines(results, sizes)])
+
+
+def recall_lines(results: dict, sizes: list[int]) -> list[str]:
+    """Per size, the IVF index's recall against exact search at each nprobe."""
+    lines = []
+    for size in sizes:
+        result = results.get(f"dense_search_ivf@{size}")
+        if result is None:
+            continue
+        nprobes = sorted(int(key[len("nprobe"):].split("_")[0]) for key in result if key.endswith("_recall@10"))
+        cells = [
+            f"nprobe {nprobe}: recall@10 {result[f'nprobe{nprobe}_recall@10']:.3f}, recall@100 "
+            f"{result[f'nprobe{nprobe}_recall@{TOP_K}']:.3f}"
+            + (f" ({result[f'nprobe{nprobe}_search_seconds']:.1f} s)" if f"nprobe{nprobe}_search_seconds" in result else "")
+            for nprobe in nprobes
+        ]
+        lines.append(f"- N={size:,}, {result['index']}, built in {result['index_seconds']:.1f} s: " + "; ".join(cells))
+    return lines
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -230,6 +283,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max_encoded", type=int, default=100_000,
                         help="Encode corpora up to this size; larger ones search random stand-in vectors.")
     parser.add_argument("--data_dir", default=str(SHARED_DATA), help="The shared data (scifact/, pretrain_text/).")
+    parser.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES),
+                        help="The phases to measure (default: all); dense_search_ivf needs dense_search's results.")
     parser.add_argument("--phase", choices=PHASES, help=argparse.SUPPRESS)
     parser.add_argument("--collection", help=argparse.SUPPRESS)
     parser.add_argument("--cache_dir", help=argparse.SUPPRESS)
@@ -252,10 +307,10 @@ def main(argv: list[str] | None = None) -> None:
     pool = sentence_pool(Path(args.data_dir))
     for size in sorted(args.sizes):
         folder = write_collection(work / f"collection-{size}", size, args.queries, pool)
-        for phase in PHASES:
+        for phase in [phase for phase in PHASES if phase in args.phases]:
             if phase == "dense_encoding" and size > args.max_encoded:
                 continue
-            if phase == "dense_search" and size > args.max_encoded:
+            if phase.startswith("dense_search") and size > args.max_encoded:
                 stand_in_vectors(folder, encoder, cache_dir)
             store.get_or_run(f"{phase}@{size}", lambda: measured_in_a_process(phase, folder, encoder, cache_dir))
     print(report(store.results, sorted(args.sizes)))

@@ -101,6 +101,17 @@ def test_evaluating_the_fine_tuned_model_reads_the_runs_encoding(spied_run, scif
     assert {f"test_{name}": value for name, value in row["metrics"].items()} == test_metrics
 
 
+def test_the_cache_keeps_the_starts_and_the_published_models_encodings_and_no_other_rounds(spied_run, scifact_slice):
+    """Each round's weights encoded the corpus once; the run removes the encodings of weights it did not publish,
+    and evaluating the result afterwards reads its encoding (see above)."""
+    out, work, calls = spied_run
+    card = (out / "README.md").read_text()
+    published_a_round = "The final model is the starting checkpoint" not in card
+
+    assert len(corpus_encodings(calls["fine-tuning"], scifact_slice)) == 2
+    assert len(list((work / "cache").glob("*.npy"))) == 1 + published_a_round  # the start's (evaluate.py wrote it) and a published round's
+
+
 def test_shared_encodings_give_the_metrics_of_independent_evaluations(spied_run, scifact_slice, tiny_seed_dir):
     out, _, _ = spied_run
     dev = training_set_from_beir(str(scifact_slice), DEV_FRACTION, None, SEED).dev

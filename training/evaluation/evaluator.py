@@ -8,7 +8,7 @@ from sentence_transformers.base.evaluation import BaseEvaluator
 
 from ..common.timing import PhaseTimer
 from ..data.collection import Collection
-from .embedding_cache import weights_fingerprint
+from .embedding_cache import CacheLedger, weights_fingerprint
 from .evaluate import evaluate_retriever
 from .metrics import DEFAULT_METRICS, per_query_metric
 from .retrievers import DenseRetriever, Retriever, SparseRetriever
@@ -53,12 +53,16 @@ def at_length(model, max_seq_length: int | None) -> Iterator:
         model.max_seq_length = own
 
 
-def indexed(retriever: Retriever, corpus: dict[str, str], timer: PhaseTimer) -> Retriever:
+def indexed(
+    retriever: Retriever, corpus: dict[str, str], timer: PhaseTimer, ledger: CacheLedger | None = None
+) -> Retriever:
     """`retriever` with `corpus` indexed (indexing it again later does nothing); an encoding of the corpus, not a
-    read from the cache, is timed as one."""
+    read from the cache, is timed as one, and the cache file it wrote goes to `ledger`."""
     retriever.index(corpus)
     if not retriever.corpus_from_cache:
         timer.record(CORPUS_ENCODING, retriever.stats()["encode_seconds"])
+        if ledger is not None and retriever.cache_file is not None:
+            ledger.record(retriever.cache_key, retriever.cache_file)
     return retriever
 
 
@@ -70,7 +74,7 @@ class RetrievalEvaluator(BaseEvaluator):
     In `SentenceTransformerTrainer` and `SparseEncoderTrainer` under DDP, the trainer calls the evaluator on rank 0
     only and shares the encoding across ranks (sentence-transformers' distributed inference). The corpus is
     encoded at every call unless `cache_dir` is given: then once per weights (see `model_retriever`). Its time
-    goes to `timer`: evaluation, and corpus encoding apart.
+    goes to `timer`: evaluation, and corpus encoding apart; the cache files it writes, to `ledger`.
 
     With `max_seq_length` the model is evaluated at that length, whatever length it trains at. After each call
     `per_query` holds the primary metric of each query (query id -> value), for a paired comparison of two models.
@@ -87,6 +91,7 @@ class RetrievalEvaluator(BaseEvaluator):
         cache_dir: str | None = None,
         timer: PhaseTimer | None = None,
         max_seq_length: int | None = None,
+        ledger: CacheLedger | None = None,
     ):
         super().__init__()
         self.collection = collection
@@ -100,12 +105,13 @@ class RetrievalEvaluator(BaseEvaluator):
         self.cache_dir = cache_dir
         self.timer = timer or PhaseTimer()
         self.max_seq_length = max_seq_length
+        self.ledger = ledger
         self.per_query: dict[str, float] | None = None
 
     def __call__(self, model, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
         with self.timer.phase(EVALUATION), at_length(model, self.max_seq_length):
             retriever = model_retriever(model, self.name, self.batch_size, self.cache_dir, self.show_progress_bar)
-            indexed(retriever, self.collection.corpus, self.timer)
+            indexed(retriever, self.collection.corpus, self.timer, self.ledger)
             result = evaluate_retriever(retriever, self.collection, self.top_k, self.metrics)
             self.per_query = per_query_metric(self.collection.qrels, result.run, self.metrics[0])
         sparsity = {stat: value for stat, value in result.stats.items() if stat in SPARSITY_STATS}

@@ -51,6 +51,7 @@ from ..common.serving import add_serving_fields
 from ..common.shared_encoding import SharedEncoding
 from ..common.timing import PhaseTimer, TrainingStepTimer, breakdown_lines
 from ..data.collection import Collection, load_collection
+from ..evaluation.embedding_cache import CacheLedger, weights_fingerprint
 from ..evaluation.evaluator import RetrievalEvaluator, indexed, model_retriever
 from ..evaluation.report import STAT_COLUMNS
 from ..evaluation.retrievers.faiss_index import EXACT
@@ -212,7 +213,7 @@ def own_index(model, corpus: dict[str, str], evaluator: RetrievalEvaluator, reci
         model, "self", evaluator.batch_size, evaluator.cache_dir, index_kind=recipe.mining_index,
         nprobe=recipe.mining_nprobe,
     )
-    return indexed(retriever, corpus, evaluator.timer)
+    return indexed(retriever, corpus, evaluator.timer, evaluator.ledger)
 
 
 def round_dataset(training_set: TrainingSet, examples, scores, seed: str):
@@ -376,13 +377,15 @@ def finetune_in_rounds(
     """Choose the start, train the rounds, and publish the best of them and the start (see `choose_final_model`)."""
     state_dir = Path(training_args.output_dir) / STATE_DIR
     # Every dev evaluation runs at the published length: the run compares what it may publish with the start as served.
+    ledger = CacheLedger()  # the encodings this run writes to --cache_dir, by weights
     evaluator = RetrievalEvaluator(
         training_set.dev, name="dev", batch_size=training_args.per_device_eval_batch_size, show_progress_bar=True,
-        cache_dir=data_args.cache_dir, timer=timer, max_seq_length=lengths.published,
+        cache_dir=data_args.cache_dir, timer=timer, max_seq_length=lengths.published, ledger=ledger,
     )
     start_path, model, start_metrics, start_per_query, start_choice = choose_start(
         family, model, model_args, evaluator, state_dir, training_args, sharing
     )
+    start_weights = weights_fingerprint(model) if data_args.cache_dir is not None else None
     plans = [round_plan(state_dir, number) for number in range(1, recipe.mining_rounds + 1)]
     train_rounds(
         family, model, model_args, recipe, training_args, training_set, plans, evaluator, start_path, timer, sharing
@@ -398,7 +401,7 @@ def finetune_in_rounds(
         split = data_args.eval_split
         test_evaluator = RetrievalEvaluator(
             test_collection, name=split, batch_size=training_args.per_device_eval_batch_size, show_progress_bar=True,
-            cache_dir=data_args.cache_dir, timer=timer,
+            cache_dir=data_args.cache_dir, timer=timer, ledger=ledger,
         )
         test_metrics, _ = evaluate_once(
             state_dir / f"{split}_metrics.json", final_model, test_evaluator, sharing, f"{split} evaluation"
@@ -413,6 +416,9 @@ def finetune_in_rounds(
                     "lengths": asdict(lengths),
                 },
             )
+            # The encodings a user may still read (evaluate.py on the start or on the result) stay; the other
+            # weights' are the run's own leftovers.
+            ledger.evict(keep={start_weights, weights_fingerprint(final_model)})
 
 
 def train_rounds(

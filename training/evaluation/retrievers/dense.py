@@ -56,6 +56,7 @@ class DenseRetriever(Retriever):
         self.index_kind = index_kind
         self.nprobe = nprobe
         self.corpus_from_cache = False
+        self.cache_file = None  # where the corpus' encoding is kept, once indexed with a cache
         self._index: faiss.Index | None = None  # on the CPU: documents' vectors are read back from it
         self._search_index: faiss.Index | None = None  # the same, or its clone on the GPUs
 
@@ -78,8 +79,9 @@ class DenseRetriever(Retriever):
         return vectors
 
     def _document_embeddings(self, corpus: dict[str, str]) -> np.ndarray:
+        self.cache_file = model_cache_file(self.cache_dir, self.cache_key, self.model, self.corpus_fingerprint)
         embeddings, self.corpus_from_cache = cached_embeddings(
-            model_cache_file(self.cache_dir, self.cache_key, self.model, self.corpus_fingerprint),
+            self.cache_file,
             len(corpus),
             lambda: self._embeddings(self.model.encode_document, list(corpus.values())),
         )

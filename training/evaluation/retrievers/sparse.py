@@ -143,6 +143,7 @@ class SparseRetriever(Retriever):
         self.cache_dir = cache_dir
         self.cache_key = cache_key
         self.corpus_from_cache = False
+        self.cache_file = None  # where the corpus' encoding is kept, once indexed with a cache
         self.settings = {"max_seq_length": model.max_seq_length}
         self.documents: sparse.csr_matrix | None = None  # the encoded corpus, document x term
         self._queries: sparse.csr_matrix | None = None  # of the last search
@@ -152,8 +153,11 @@ class SparseRetriever(Retriever):
         return encode_sparse(self.model, texts, task, self.batch_size, self.show_progress_bar)
 
     def _build_index(self, corpus: dict[str, str]) -> None:
+        self.cache_file = model_cache_file(
+            self.cache_dir, self.cache_key, self.model, self.corpus_fingerprint, suffix=".npz"
+        )
         self.documents, self.corpus_from_cache = cached_embeddings(
-            model_cache_file(self.cache_dir, self.cache_key, self.model, self.corpus_fingerprint, suffix=".npz"),
+            self.cache_file,
             len(corpus),
             lambda: self._vectors("document", list(corpus.values())),
         )

@@ -80,6 +80,29 @@ def test_dense_search_is_exact_cosine_top_k(dense_model, collection, queries_per
     assert_exact_top_k(run, collection, queries @ documents.T, TOP_K)
 
 
+def test_float16_embeddings_take_half_the_cache_and_are_searched_as_float32(dense_model, collection, tmp_path):
+    """`--embedding_dtype float16`: the cached corpus is the float16 rounding of the model's embeddings, in a file of
+    its own (a float32 evaluation of the same weights never reads it), and search is exact over those vectors."""
+    retrievers = {
+        dtype: DenseRetriever(
+            dense_model, "tiny", cache_dir=str(tmp_path), cache_key="weights-1", show_progress_bar=False,
+            embedding_dtype=dtype,
+        )
+        for dtype in ("float16", "float32")
+    }
+    for retriever in retrievers.values():
+        retriever.index(collection.corpus)
+
+    half, full = (retrievers[dtype].cache_file for dtype in ("float16", "float32"))
+    assert not retrievers["float32"].corpus_from_cache  # not the float16 file
+    assert np.load(half).dtype == np.float16
+    assert half.stat().st_size < 0.55 * full.stat().st_size
+    documents = np.load(full).astype(np.float16).astype(np.float32)
+    documents /= np.linalg.norm(documents, axis=1, keepdims=True)
+    queries = dense_model.encode(list(collection.queries.values()), normalize_embeddings=True)
+    assert_exact_top_k(retrievers["float16"].search(collection.queries, TOP_K), collection, queries @ documents.T, TOP_K)
+
+
 def test_dense_pair_scores_are_the_search_scores_of_those_documents(minilm_dir, collection):
     """What a teacher reads for mined pairs: queries repeated, documents in any order, the index's own vectors (a
     trained model, whose documents' scores differ)."""

@@ -63,6 +63,12 @@ class EvaluationArguments:
             "keeps nothing and encodes every corpus afresh."
         },
     )
+    embedding_dtype: Literal["float32", "float16"] = field(
+        default="float32",
+        metadata={
+            "help": "How dense corpus embeddings are stored, in the cache and in memory before indexing: float16 halves the cache file and the pages read from it (its effect on nDCG@10 is in docs/evaluation.md); they are searched as float32 either way. Sparse models keep float32 CSR matrices."
+        },
+    )
     bm25_k1: float = field(default=1.5, metadata={"help": "BM25 k1 (term-frequency saturation)."})
     bm25_b: float = field(default=0.75, metadata={"help": "BM25 b (document-length normalisation, 0 to 1)."})
     bm25_method: Literal["lucene", "robertson", "atire", "bm25l", "bm25+"] = field(

@@ -14,6 +14,8 @@ import torch
 from scipy import sparse
 
 Embeddings = np.ndarray | sparse.csr_matrix
+# How a dense corpus' embeddings are stored (cache file, memory map); they are searched as float32 either way.
+EMBEDDING_DTYPES = ("float32", "float16")
 
 logger = logging.getLogger(__name__)
 

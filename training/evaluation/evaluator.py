@@ -19,11 +19,11 @@ CORPUS_ENCODING = "corpus encoding"
 
 
 def model_retriever(
-    model, name: str, batch_size: int, cache_dir: str | None, show_progress_bar: bool = True, **dense_index
+    model, name: str, batch_size: int, cache_dir: str | None, show_progress_bar: bool = True, **dense_settings
 ) -> Retriever:
-    """Search with a model being trained: dense for a SentenceTransformer (exact unless `dense_index` asks for an
-    approximate index: `index_kind`, `nprobe`), exact sparse search for a SparseEncoder (the finetuning pipeline
-refuses an approximate index for it before any work). With `cache_dir`, its
+    """Search with a model being trained: dense for a SentenceTransformer (`dense_settings` are DenseRetriever's:
+    exact unless `index_kind` asks for an approximate index, `nprobe`, `embedding_dtype`), exact sparse search for a
+    SparseEncoder (the pipelines refuse dense-only settings for it before any work). With `cache_dir`, its
     encoded corpus is kept there under the identity of its current weights, so the same weights never encode the
     same corpus twice, and weights trained any further never read another's."""
     cache_key = None if cache_dir is None else weights_fingerprint(model)
@@ -34,7 +34,7 @@ refuses an approximate index for it before any work). With `cache_dir`, its
         )
     return DenseRetriever(
         model, name=name, batch_size=batch_size, show_progress_bar=show_progress_bar, cache_dir=cache_dir,
-        cache_key=cache_key, **dense_index,
+        cache_key=cache_key, **dense_settings,
     )
 
 
@@ -92,6 +92,7 @@ class RetrievalEvaluator(BaseEvaluator):
         timer: PhaseTimer | None = None,
         max_seq_length: int | None = None,
         ledger: CacheLedger | None = None,
+        embedding_dtype: str = "float32",
     ):
         super().__init__()
         self.collection = collection
@@ -106,11 +107,14 @@ class RetrievalEvaluator(BaseEvaluator):
         self.timer = timer or PhaseTimer()
         self.max_seq_length = max_seq_length
         self.ledger = ledger
+        self.embedding_dtype = embedding_dtype
         self.per_query: dict[str, float] | None = None
 
     def __call__(self, model, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
         with self.timer.phase(EVALUATION), at_length(model, self.max_seq_length):
-            retriever = model_retriever(model, self.name, self.batch_size, self.cache_dir, self.show_progress_bar)
+            retriever = model_retriever(
+                model, self.name, self.batch_size, self.cache_dir, self.show_progress_bar, **self.dense_settings(model)
+            )
             indexed(retriever, self.collection.corpus, self.timer, self.ledger)
             result = evaluate_retriever(retriever, self.collection, self.top_k, self.metrics)
             self.per_query = per_query_metric(self.collection.qrels, result.run, self.metrics[0])
@@ -118,6 +122,10 @@ class RetrievalEvaluator(BaseEvaluator):
         metrics = self.prefix_name_to_metrics({**result.metrics, **sparsity}, self.name)
         self.store_metrics_in_model_card_data(model, metrics, epoch, steps)
         return metrics
+
+    def dense_settings(self, model) -> dict:
+        """What a dense model's retriever takes beyond a sparse one's."""
+        return {} if isinstance(model, SparseEncoder) else {"embedding_dtype": self.embedding_dtype}
 
     def get_config_dict(self) -> dict:
         return {

@@ -41,7 +41,7 @@ def _new_retriever(spec: str, options: EvaluationArguments, built: dict[str, Ret
         model = load_sparse_encoder(path, options.max_seq_length)
     else:
         model = load_sentence_transformer(path, options.pooling, options.max_seq_length)
-    return model_retriever(model, spec, options.batch_size, options.cache_dir)
+    return model_retriever(model, spec, options.batch_size, options.cache_dir, embedding_dtype=options.embedding_dtype)
 
 
 def build_retriever(spec: str, options: EvaluationArguments, built: dict[str, Retriever] | None = None) -> Retriever:

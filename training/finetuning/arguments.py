@@ -3,6 +3,7 @@ sentence-transformers' training arguments. Each dataclass checks its own fields.
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from sentence_transformers import SentenceTransformerTrainingArguments, SparseEncoderTrainingArguments
 from sentence_transformers.base.sampler import BatchSamplers
@@ -217,6 +218,14 @@ class FinetuningDataArguments:
             "weights, tokenizer and modules and the corpus: the one cache training/evaluate.py uses, so a start it "
             "has already evaluated, or another run from the same start, is not encoded again (default: "
             "$XDG_CACHE_HOME or ~/.cache, then seed-encoder/embeddings); 'none' keeps nothing."
+        },
+    )
+
+    embedding_dtype: Literal["float32", "float16"] = field(
+        default="float32",
+        metadata={
+            "help": "How a dense model's corpus embeddings are stored in --cache_dir (and in memory before "
+            "indexing) for dev evaluation and mining: float16 halves them; they are searched as float32."
         },
     )
 

@@ -211,7 +211,7 @@ def own_index(model, corpus: dict[str, str], evaluator: RetrievalEvaluator, reci
     rather than made again."""
     retriever = model_retriever(
         model, "self", evaluator.batch_size, evaluator.cache_dir, index_kind=recipe.mining_index,
-        nprobe=recipe.mining_nprobe,
+        nprobe=recipe.mining_nprobe, **evaluator.dense_settings(model),
     )
     return indexed(retriever, corpus, evaluator.timer, evaluator.ledger)
 
@@ -268,6 +268,11 @@ def run_finetuning(
         raise InputError(
             f"--mining_index {recipe.mining_index} is a dense (faiss) index; a --sparse model mines from its exact "
             "inverted index: drop --mining_index."
+        )
+    if family.sparse and data_args.embedding_dtype != "float32":
+        raise InputError(
+            f"--embedding_dtype {data_args.embedding_dtype} applies to dense embeddings; a --sparse model keeps "
+            "float32 CSR matrices: drop --embedding_dtype."
         )
     if recipe.teacher:
         recipe.teacher = with_start_teacher(recipe.teacher, model_args.model_name_or_path, family.sparse)
@@ -381,6 +386,7 @@ def finetune_in_rounds(
     evaluator = RetrievalEvaluator(
         training_set.dev, name="dev", batch_size=training_args.per_device_eval_batch_size, show_progress_bar=True,
         cache_dir=data_args.cache_dir, timer=timer, max_seq_length=lengths.published, ledger=ledger,
+        embedding_dtype=data_args.embedding_dtype,
     )
     start_path, model, start_metrics, start_per_query, start_choice = choose_start(
         family, model, model_args, evaluator, state_dir, training_args, sharing
@@ -401,7 +407,7 @@ def finetune_in_rounds(
         split = data_args.eval_split
         test_evaluator = RetrievalEvaluator(
             test_collection, name=split, batch_size=training_args.per_device_eval_batch_size, show_progress_bar=True,
-            cache_dir=data_args.cache_dir, timer=timer, ledger=ledger,
+            cache_dir=data_args.cache_dir, timer=timer, ledger=ledger, embedding_dtype=data_args.embedding_dtype,
         )
         test_metrics, _ = evaluate_once(
             state_dir / f"{split}_metrics.json", final_model, test_evaluator, sharing, f"{split} evaluation"

@@ -7,7 +7,7 @@ from sentence_transformers import SentenceTransformer
 from tqdm.auto import tqdm
 
 from ...common.errors import InputError
-from ..embedding_cache import cached_embeddings, model_cache_file
+from ..embedding_cache import EMBEDDING_DTYPES, cached_embeddings, model_cache_file
 from .base import Retriever, Run, run_from_top_k
 from .faiss_index import DEFAULT_NPROBE, EXACT, INDEX_KINDS, build_index, describe, on_all_gpus
 
@@ -25,7 +25,8 @@ class DenseRetriever(Retriever):
 
     `index_kind` "ivf" searches an inverted file (`nprobe` lists a query) instead of the whole corpus: for mining at
     large N, where exact search grows with N per query (see `faiss_index.py` and the scale benchmark's recall). The
-    index is searched on all GPUs faiss sees, if any.
+    index is searched on all GPUs faiss sees, if any. `embedding_dtype` "float16" stores the corpus' embeddings
+    (in the cache file, and in memory before indexing) at half the bytes; they are searched as float32.
     """
 
     def __init__(
@@ -38,10 +39,13 @@ class DenseRetriever(Retriever):
         show_progress_bar: bool = True,
         index_kind: str = EXACT,
         nprobe: int = DEFAULT_NPROBE,
+        embedding_dtype: str = "float32",
     ):
         super().__init__(name)
         if index_kind not in INDEX_KINDS:
             raise InputError(f"{name}: index {index_kind!r}; choose one of {', '.join(INDEX_KINDS)}.")
+        if embedding_dtype not in EMBEDDING_DTYPES:
+            raise InputError(f"{name}: embedding dtype {embedding_dtype!r}; choose one of {', '.join(EMBEDDING_DTYPES)}.")
         if model.similarity_fn_name not in ("cosine", "dot"):
             raise InputError(
                 f"{name}: the model's similarity function is {model.similarity_fn_name!r}; inner-product search "
@@ -55,6 +59,7 @@ class DenseRetriever(Retriever):
         self.settings = {"similarity": model.similarity_fn_name, "max_seq_length": model.max_seq_length}
         self.index_kind = index_kind
         self.nprobe = nprobe
+        self.embedding_dtype = embedding_dtype
         self.corpus_from_cache = False
         self.cache_file = None  # where the corpus' encoding is kept, once indexed with a cache
         self._index: faiss.Index | None = None  # on the CPU: documents' vectors are read back from it
@@ -79,11 +84,12 @@ class DenseRetriever(Retriever):
         return vectors
 
     def _document_embeddings(self, corpus: dict[str, str]) -> np.ndarray:
-        self.cache_file = model_cache_file(self.cache_dir, self.cache_key, self.model, self.corpus_fingerprint)
+        suffix = ".npy" if self.embedding_dtype == "float32" else f".{self.embedding_dtype}.npy"
+        self.cache_file = model_cache_file(self.cache_dir, self.cache_key, self.model, self.corpus_fingerprint, suffix)
         embeddings, self.corpus_from_cache = cached_embeddings(
             self.cache_file,
             len(corpus),
-            lambda: self._embeddings(self.model.encode_document, list(corpus.values())),
+            lambda: self._embeddings(self.model.encode_document, list(corpus.values())).astype(self.embedding_dtype),
         )
         return embeddings
 

@@ -47,7 +47,7 @@ def test_ivf_searching_the_default_number_of_lists_finds_most_of_the_exact_top_1
     _, approximate = index.search(queries, 10)
 
     assert (index.nlist, index.nprobe) == (512, DEFAULT_NPROBE)
-    assert recall(approximate, exact) >= 0.9  # 0.96 measured; one list a query (faiss' default nprobe) finds 0.61
+    assert recall(approximate, exact) >= 0.95  # 0.997 measured; one list a query (faiss' default nprobe) finds 0.61
 
 
 def test_ivf_keeps_every_vector_whole(clustered):

@@ -77,6 +77,7 @@ def test_a_teacher_folder_without_a_model_is_refused(capsys, out, scifact_slice,
         (["--negatives", "bm25", "--mining_index", "ivf"], "--mining_index ivf"),
         (["--sparse", "--mining_index", "ivf"], "--mining_index ivf"),
         (["--mining_index", "hnsw"], "--mining_index hnsw"),
+        (["--sparse", "--embedding_dtype", "float16"], "--embedding_dtype float16"),
     ],
 )
 def test_contradictory_flags_are_refused(capsys, out, scifact_slice, tiny_seed_dir, flags, named):

@@ -17,7 +17,7 @@ from training.common.models import load_sentence_transformer, load_sparse_encode
 from training.data.collection import load_collection
 from training.evaluation.embedding_cache import model_cache_file, save_embeddings
 from training.evaluation.retrievers import BM25Retriever, DenseRetriever, HybridRetriever, SparseRetriever, dense, sparse
-from training.evaluation.retrievers import faiss_index
+from training.evaluation.retrievers import bm25, faiss_index
 from training.evaluation.retrievers.base import corpus_fingerprint
 
 TOP_K = 20
@@ -187,6 +187,26 @@ def test_score_sum_adds_min_max_normalised_scores_with_the_weights(dense_model, 
         for document_id, score in scores.items():
             expected[document_id] = expected.get(document_id, 0.0) + weight * (score - low) / (high - low)
     assert_top_k(run[query_id], expected, TOP_K)
+
+
+@pytest.mark.slow  # numba compiles bm25s' search for ~15 s
+def test_bm25_search_through_numba_for_large_searches_scores_as_numpy_does(collection, monkeypatch):
+    """Above NUMBA_MIN_PAIRS query-document pairs the search runs on bm25s' numba backend: the same scores; documents
+    of equal score may come in another order."""
+    runs = {}
+    for threshold in (10**18, 0):  # numpy, then numba for every search
+        monkeypatch.setattr(bm25, "NUMBA_MIN_PAIRS", threshold)
+        retriever = BM25Retriever(show_progress_bar=False)
+        retriever.index(collection.corpus)
+        runs[threshold] = retriever.search(collection.queries, TOP_K)
+        assert retriever._bm25.backend == ("numpy" if threshold else "numba")
+
+    numpy_run, numba_run = runs[10**18], runs[0]
+    assert numpy_run.keys() == numba_run.keys()
+    for query_id, expected in numpy_run.items():
+        assert list(numba_run[query_id].values()) == pytest.approx(list(expected.values()), abs=1e-6), query_id
+        for document_id in numba_run[query_id].keys() & expected.keys():
+            assert numba_run[query_id][document_id] == pytest.approx(expected[document_id], abs=1e-6)
 
 
 def test_bm25_leaves_out_documents_sharing_no_word_with_the_query(collection):

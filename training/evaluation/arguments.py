@@ -66,7 +66,9 @@ class EvaluationArguments:
     embedding_dtype: Literal["float32", "float16"] = field(
         default="float32",
         metadata={
-            "help": "How dense corpus embeddings are stored, in the cache and in memory before indexing: float16 halves the cache file and the pages read from it (its effect on nDCG@10 is in docs/evaluation.md); they are searched as float32 either way. Sparse models keep float32 CSR matrices."
+            "help": "How dense corpus embeddings are stored, in the cache and in memory before indexing: float16 "
+            "halves the cache file and the pages read from it (its effect on nDCG@10 is in docs/evaluation.md); they "
+            "are searched as float32 either way. Sparse models keep float32 CSR matrices."
         },
     )
     bm25_k1: float = field(default=1.5, metadata={"help": "BM25 k1 (term-frequency saturation)."})

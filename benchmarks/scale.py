@@ -312,6 +312,11 @@ def main(argv: list[str] | None = None) -> None:
         return
 
     work = Path(args.work_dir)
+    if "dense_search_ivf" in args.phases and "dense_search" not in args.phases:
+        for size in args.sizes:
+            if not (work / f"collection-{size}" / EXACT_TOP).is_file():
+                sys.exit(f"--phases dense_search_ivf measures recall against dense_search's top {TOP_K}, which no run "
+                         f"has kept for {size:,} passages in {work}: add dense_search to --phases.")
     cache_dir = work / "embedding-cache"
     encoder = saved_encoder(args.encoder, work / "encoder")
     store = ResultStore(work / "scale.json")

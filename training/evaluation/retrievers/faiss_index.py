@@ -58,7 +58,7 @@ def build_index(
 
 
 def describe(index: faiss.Index) -> str:
-    """The index in a report's settings: "exact", or "ivf (nlist 288, nprobe 32)"."""
+    """The index in a report's settings: "exact", or "ivf (nlist 288, nprobe 128)"."""
     if isinstance(index, faiss.IndexIVF):
         return f"{IVF} (nlist {index.nlist}, nprobe {index.nprobe})"
     return EXACT

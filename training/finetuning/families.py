@@ -15,6 +15,7 @@ from sentence_transformers import SentenceTransformerTrainer, SparseEncoderTrain
 from ..common.errors import InputError
 from ..common.models import has_mlm_head, load_sentence_transformer, load_sparse_encoder, model_kind
 from ..common.sparse_encoding import tiled_splade_training
+from ..evaluation.retrievers.faiss_index import EXACT
 from .arguments import OWN_SCALE, SIMILARITY_SCALE, FinetuningModelArguments, RecipeArguments
 from .losses import SparseRegularisation, build_loss
 
@@ -101,6 +102,22 @@ def published_length(model_args: FinetuningModelArguments, served: int | None, t
 
 DENSE = RetrieverFamily(name="SentenceTransformer", sparse=False)
 SPARSE = RetrieverFamily(name="SparseEncoder", sparse=True)
+
+
+def check_dense_only_flags(family: RetrieverFamily, recipe: RecipeArguments, data_args) -> None:
+    """Refuse, before any work, the flags that only a dense model's search reads when the run trains a SparseEncoder."""
+    if not family.sparse:
+        return
+    if recipe.mining_index != EXACT:
+        raise InputError(
+            f"--mining_index {recipe.mining_index} is a dense (faiss) index; a --sparse model mines from its exact "
+            "inverted index: drop --mining_index."
+        )
+    if data_args.embedding_dtype != "float32":
+        raise InputError(
+            f"--embedding_dtype {data_args.embedding_dtype} applies to dense embeddings; a --sparse model keeps "
+            "float32 CSR matrices: drop --embedding_dtype."
+        )
 
 
 def retriever_family(model_args: FinetuningModelArguments) -> RetrieverFamily:

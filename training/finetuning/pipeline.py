@@ -54,7 +54,6 @@ from ..data.collection import Collection, load_collection
 from ..evaluation.embedding_cache import CacheLedger, weights_fingerprint
 from ..evaluation.evaluator import RetrievalEvaluator, indexed, model_retriever
 from ..evaluation.report import STAT_COLUMNS
-from ..evaluation.retrievers.faiss_index import EXACT
 from .arguments import (
     SMALL_SEED_HIDDEN_SIZE,
     SMALL_SEED_LEARNING_RATE,
@@ -73,7 +72,9 @@ from .data import (
     with_judged_dev,
 )
 from .examples import examples_dataset, own_index_scores
-from .families import RetrieverFamily, published_length, retriever_family, training_length
+from .families import (
+    RetrieverFamily, check_dense_only_flags, published_length, retriever_family, training_length,
+)
 from .fresh_crops import FreshCrops
 from .model_card import describe_recipe, fill_card_data, write_model_card
 from .pseudo_queries import TITLES
@@ -264,16 +265,7 @@ def run_finetuning(
     if training_args.learning_rate is None:
         training_args.learning_rate = default_learning_rate(model_args.model_name_or_path)
     family = retriever_family(model_args)
-    if family.sparse and recipe.mining_index != EXACT:
-        raise InputError(
-            f"--mining_index {recipe.mining_index} is a dense (faiss) index; a --sparse model mines from its exact "
-            "inverted index: drop --mining_index."
-        )
-    if family.sparse and data_args.embedding_dtype != "float32":
-        raise InputError(
-            f"--embedding_dtype {data_args.embedding_dtype} applies to dense embeddings; a --sparse model keeps "
-            "float32 CSR matrices: drop --embedding_dtype."
-        )
+    check_dense_only_flags(family, recipe, data_args)
     if recipe.teacher:
         recipe.teacher = with_start_teacher(recipe.teacher, model_args.model_name_or_path, family.sparse)
     check_teacher_specs(recipe.teacher or [])
@@ -391,7 +383,10 @@ def finetune_in_rounds(
     start_path, model, start_metrics, start_per_query, start_choice = choose_start(
         family, model, model_args, evaluator, state_dir, training_args, sharing
     )
-    start_weights = weights_fingerprint(model) if data_args.cache_dir is not None else None
+    # Read by the main process alone, which writes and evicts the cache.
+    start_weights = None
+    if training_args.process_index == 0 and data_args.cache_dir is not None:
+        start_weights = weights_fingerprint(model)
     plans = [round_plan(state_dir, number) for number in range(1, recipe.mining_rounds + 1)]
     train_rounds(
         family, model, model_args, recipe, training_args, training_set, plans, evaluator, start_path, timer, sharing

@@ -14,6 +14,7 @@ import pytest
 from tokenizers import normalizers
 
 from training.common.models import load_sentence_transformer, load_sparse_encoder
+from training.data import packed_corpus
 from training.data.collection import load_collection
 from training.evaluation.embedding_cache import model_cache_file, save_embeddings
 from training.evaluation.retrievers import BM25Retriever, DenseRetriever, HybridRetriever, SparseRetriever, dense, sparse
@@ -192,6 +193,30 @@ def test_score_sum_adds_min_max_normalised_scores_with_the_weights(dense_model, 
 
 
 @pytest.mark.slow  # numba compiles bm25s' search for ~15 s
+def test_a_corpus_indexed_a_chunk_of_texts_at_a_time_is_indexed_as_in_one_piece(
+    dense_model, sparse_model, collection, monkeypatch
+):
+    """Every retriever takes a corpus' texts TEXT_CHUNK at a time (a packed corpus decodes one chunk at a time): in
+    chunks of 7 texts, the same vectors in the same rows and the same BM25 ranking as in one piece."""
+    def indexed():
+        retrievers = (
+            DenseRetriever(dense_model, "tiny", show_progress_bar=False),
+            SparseRetriever(sparse_model, "tiny-splade", show_progress_bar=False),
+            BM25Retriever(show_progress_bar=False),
+        )
+        for retriever in retrievers:
+            retriever.index(collection.corpus)
+        return retrievers
+
+    dense_whole, sparse_whole, bm25_whole = indexed()
+    monkeypatch.setattr(packed_corpus, "TEXT_CHUNK", 7)
+    dense_chunked, sparse_chunked, bm25_chunked = indexed()
+
+    np.testing.assert_allclose(dense_chunked.corpus_vectors(), dense_whole.corpus_vectors(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(sparse_chunked.documents.toarray(), sparse_whole.documents.toarray(), rtol=1e-4, atol=1e-5)
+    assert bm25_chunked.search(collection.queries, TOP_K) == bm25_whole.search(collection.queries, TOP_K)
+
+
 def test_bm25_search_through_numba_for_large_searches_scores_as_numpy_does(collection, monkeypatch):
     """Above NUMBA_MIN_PAIRS query-document pairs the search runs on bm25s' numba backend: the same scores; documents
     of equal score may come in another order."""

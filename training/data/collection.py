@@ -2,14 +2,17 @@
 file and line of anything wrong."""
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..common.errors import InputError
 from ..common.json_lines import json_lines
+from .packed_corpus import PackedCorpus, PackedCorpusBuilder
 
 logger = logging.getLogger(__name__)
 
+DISTINCT_IDS = "Give every record its own _id."
 LAYOUT = (
     "A BEIR-layout folder holds corpus.jsonl ({'_id', 'title', 'text'} per line), queries.jsonl ({'_id', 'text'}) "
     "and qrels/<split>.tsv (query-id, corpus-id, score; a header line is allowed)."
@@ -21,7 +24,7 @@ class Collection:
     """One split of a collection, ready to evaluate: every query here has at least one relevant document."""
 
     name: str
-    corpus: dict[str, str]  # document id -> "title text" (the text alone when there is no title)
+    corpus: Mapping[str, str]  # document id -> "title text" (the text alone when there is no title); packed when read
     queries: dict[str, str]  # query id -> text, only the queries the split judges
     qrels: dict[str, dict[str, int]]  # query id -> {document id: graded relevance}; 0 = judged not relevant
 
@@ -32,20 +35,24 @@ def _records_by_id(path: Path, required: tuple[str, ...]) -> dict[str, dict]:
         identifier = str(record["_id"])
         if identifier in records:
             raise InputError(
-                f"{path}, line {number}: _id {identifier!r} was already used on line {lines[identifier]}. "
-                "Give every record its own _id."
+                f"{path}, line {number}: _id {identifier!r} was already used on line {lines[identifier]}. {DISTINCT_IDS}"
             )
         records[identifier], lines[identifier] = record, number
     return records
 
 
-def load_corpus(data_dir: str) -> dict[str, str]:
-    """Document id -> title and text joined by a space (the text alone when the title is missing or empty)."""
-    records = _records_by_id(Path(data_dir) / "corpus.jsonl", ("_id", "text"))
-    return {
-        identifier: f"{record['title']} {record['text']}" if record.get("title") else str(record["text"])
-        for identifier, record in records.items()
-    }
+def load_corpus(data_dir: str) -> PackedCorpus:
+    """Document id -> title and text joined by a space (the text alone when the title is missing or empty), packed
+    as the file is read: no record or line is held beside it."""
+    path = Path(data_dir) / "corpus.jsonl"
+    builder = PackedCorpusBuilder()
+    for number, record in json_lines(path, ("_id", "text"), hint=LAYOUT):
+        identifier = str(record["_id"])
+        text = f"{record['title']} {record['text']}" if record.get("title") else str(record["text"])
+        if not builder.add(identifier, text):
+            first = next(line for line, earlier in json_lines(path) if str(earlier["_id"]) == identifier)
+            raise InputError(f"{path}, line {number}: _id {identifier!r} was already used on line {first}. {DISTINCT_IDS}")
+    return builder.build()
 
 
 def load_queries(data_dir: str) -> dict[str, str]:
@@ -119,7 +126,7 @@ def _describe_unknown(number: int, query_id: str, document_id: str, queries: dic
 
 
 def load_collection(
-    data_dir: str, split: str, skip_unknown_ids: bool = False, corpus: dict[str, str] | None = None
+    data_dir: str, split: str, skip_unknown_ids: bool = False, corpus: Mapping[str, str] | None = None
 ) -> Collection:
     """The split's judged queries, their judgments and the whole corpus (`corpus`: one already loaded from
     `data_dir`, to share it between splits).

@@ -8,6 +8,7 @@ passages of a corpus, each making one pseudo-query (crops, a sentence, a title: 
 import hashlib
 import logging
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,7 +35,7 @@ class TrainingSet:
     """
 
     queries: dict[str, str]
-    corpus: dict[str, str]
+    corpus: Mapping[str, str]  # packed when read from a BEIR folder; a dict when made of pairs or passages
     qrels: dict[str, dict[str, int]]
     dev: Collection
     name: str

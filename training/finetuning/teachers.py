@@ -5,6 +5,7 @@ scores are standardised over all the pairs it scored (zero mean, unit variance) 
 ensemble averages them, as SPLADE++'s EnsembleDistil combines teachers on different scales.
 """
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ import numpy as np
 from ..common.errors import InputError
 from ..common.models import has_mlm_head, load_sentence_transformer, load_sparse_encoder, model_kind, split_model_spec
 from ..common.sparse_encoding import encode_sparse
+from ..data.packed_corpus import RowsByText
 from ..evaluation.retrievers import BM25Retriever
 
 BM25_TEACHER = "bm25"
@@ -75,17 +77,17 @@ class BM25Teacher:
 
     name = BM25_TEACHER
 
-    def __init__(self, corpus: dict[str, str]):
+    def __init__(self, corpus: Mapping[str, str]):
         self.corpus = corpus
         self._retriever: BM25Retriever | None = None
-        self._rows: dict[str, int] | None = None
+        self._rows: RowsByText | None = None
 
     def index(self) -> BM25Retriever:
         """The index of the corpus, built at the first call."""
         if self._retriever is None:
             retriever = BM25Retriever(show_progress_bar=False)
             retriever.index(self.corpus)
-            self._rows = {text: row for row, text in enumerate(self.corpus.values())}
+            self._rows = RowsByText(self.corpus)
             self._retriever = retriever
         return self._retriever
 
@@ -179,7 +181,7 @@ def check_teacher_specs(specs: list[str]) -> None:
         teacher_kind(spec)
 
 
-def load_teacher(specs: list[str], corpus: dict[str, str]) -> EnsembleTeacher:
+def load_teacher(specs: list[str], corpus: Mapping[str, str]) -> EnsembleTeacher:
     teachers = []
     for spec in specs:
         kind = teacher_kind(spec)

@@ -2,13 +2,14 @@
 
 import hashlib
 import time
+from collections.abc import Mapping
 
 import numpy as np
 
 Run = dict[str, dict[str, float]]  # query id -> {document id: score}
 
 
-def corpus_fingerprint(corpus: dict[str, str]) -> str:
+def corpus_fingerprint(corpus: Mapping[str, str]) -> str:
     """A hash of the corpus' ids and texts, in order: equal fingerprints mean the same documents in the same rows."""
     digest = hashlib.sha256()
     for document_id, text in corpus.items():
@@ -44,7 +45,7 @@ class Retriever:
         self.corpus_fingerprint: str | None = None
         self._seconds = {"encode_seconds": 0.0, "search_seconds": 0.0}
 
-    def index(self, corpus: dict[str, str]) -> None:
+    def index(self, corpus: Mapping[str, str]) -> None:
         fingerprint = corpus_fingerprint(corpus)
         if fingerprint == self.corpus_fingerprint:
             return
@@ -69,7 +70,7 @@ class Retriever:
     def stats(self) -> dict[str, float]:
         return dict(self._seconds)
 
-    def _build_index(self, corpus: dict[str, str]) -> None:
+    def _build_index(self, corpus: Mapping[str, str]) -> None:
         raise NotImplementedError
 
     def _search(self, queries: dict[str, str], top_k: int) -> Run:

@@ -2,11 +2,13 @@
 
 import importlib.util
 import logging
+from collections.abc import Mapping
 
 import bm25s
 import numpy as np
 import Stemmer
 
+from ...data.packed_corpus import text_chunks
 from .base import Retriever, Run, run_from_top_k
 
 logger = logging.getLogger(__name__)
@@ -43,8 +45,9 @@ class BM25Retriever(Retriever):
             texts, stopwords=self.stopwords, stemmer=self.stemmer, return_ids=False, show_progress=self.show_progress_bar
         )
 
-    def _build_index(self, corpus: dict[str, str]) -> None:
-        self._bm25.index(self._tokens(list(corpus.values())), show_progress=self.show_progress_bar)
+    def _build_index(self, corpus: Mapping[str, str]) -> None:
+        tokens = [document for texts in text_chunks(corpus) for document in self._tokens(texts)]
+        self._bm25.index(tokens, show_progress=self.show_progress_bar)
 
     def _query_term_ids(self, query: str) -> list[int]:
         if self.corpus_fingerprint is None:

@@ -2,6 +2,7 @@
 cached on disk."""
 
 import time
+from collections.abc import Mapping
 
 import faiss
 import numpy as np
@@ -9,6 +10,7 @@ from sentence_transformers import SentenceTransformer
 from tqdm.auto import tqdm
 
 from ...common.errors import InputError
+from ...data.packed_corpus import text_chunks
 from ..embedding_cache import EMBEDDING_DTYPES, cached_embeddings, model_cache_file
 from .base import Retriever, Run, run_from_top_k
 from .faiss_index import DEFAULT_NPROBE, EXACT, INDEX_KINDS, build_index, describe, on_all_gpus
@@ -85,17 +87,29 @@ class DenseRetriever(Retriever):
             faiss.normalize_L2(vectors)
         return vectors
 
-    def _document_embeddings(self, corpus: dict[str, str]) -> np.ndarray:
+    def _document_embeddings(self, corpus: Mapping[str, str]) -> np.ndarray:
         suffix = ".npy" if self.embedding_dtype == "float32" else f".{self.embedding_dtype}.npy"
         self.cache_file = model_cache_file(self.cache_dir, self.cache_key, self.model, self.corpus_fingerprint, suffix)
         embeddings, self.corpus_from_cache = cached_embeddings(
             self.cache_file,
             len(corpus),
-            lambda: self._embeddings(self.model.encode_document, list(corpus.values())).astype(self.embedding_dtype),
+            lambda: self._corpus_embeddings(corpus),
         )
         return embeddings
 
-    def _build_index(self, corpus: dict[str, str]) -> None:
+    def _corpus_embeddings(self, corpus: Mapping[str, str]) -> np.ndarray:
+        """The corpus encoded a chunk of texts at a time (a packed corpus decodes one chunk at a time), into one
+        matrix of `embedding_dtype`: concatenating the chunks would hold the matrix twice."""
+        matrix, start = None, 0
+        for texts in text_chunks(corpus):
+            chunk = self._embeddings(self.model.encode_document, texts)
+            if matrix is None:
+                matrix = np.empty((len(corpus), chunk.shape[1]), dtype=self.embedding_dtype)
+            matrix[start : start + len(chunk)] = chunk
+            start += len(chunk)
+        return matrix
+
+    def _build_index(self, corpus: Mapping[str, str]) -> None:
         """The index of the corpus' vectors, added a chunk at a time from the (memory-mapped) embeddings, so that
         building it holds the index and one chunk, not a second whole matrix beside it."""
         self._index = build_index(self._document_embeddings(corpus), self._vectors, self.index_kind, self.nprobe)

@@ -1,6 +1,7 @@
 """Hybrid retrieval: the member retrievers' runs fused with ranx."""
 
 import warnings
+from collections.abc import Mapping
 
 from ranx import Qrels, Run as RanxRun, fuse, optimize_fusion
 
@@ -36,7 +37,7 @@ class HybridRetriever(Retriever):
             self.params = {"weights": weights or [1 / len(retrievers)] * len(retrievers)}
         self.settings = {"fusion": method, "params": self.params}
 
-    def _build_index(self, corpus: dict[str, str]) -> None:
+    def _build_index(self, corpus: Mapping[str, str]) -> None:
         for member in self.retrievers:
             member.index(corpus)
 

@@ -14,12 +14,15 @@ Ties are broken by document row: of equal scores the lower row ranks first, howe
 (the row is kept in 32 bits of a ranking key: at most 2**32 documents).
 """
 
+from collections.abc import Mapping
+
 import numpy as np
 from scipy import sparse
 from sentence_transformers import SparseEncoder
 from tqdm.auto import tqdm
 
 from ...common.sparse_encoding import Task, encode_sparse
+from ...data.packed_corpus import text_chunks
 from ..embedding_cache import cached_embeddings, model_cache_file
 from .base import Retriever, Run, run_from_top_k
 
@@ -152,14 +155,14 @@ class SparseRetriever(Retriever):
         """The "query" or "document" vectors of `texts`, one CSR row each."""
         return encode_sparse(self.model, texts, task, self.batch_size, self.show_progress_bar)
 
-    def _build_index(self, corpus: dict[str, str]) -> None:
+    def _build_index(self, corpus: Mapping[str, str]) -> None:
         self.cache_file = model_cache_file(
             self.cache_dir, self.cache_key, self.model, self.corpus_fingerprint, suffix=".npz"
         )
         self.documents, self.corpus_from_cache = cached_embeddings(
             self.cache_file,
             len(corpus),
-            lambda: self._vectors("document", list(corpus.values())),
+            lambda: sparse.vstack([self._vectors("document", texts) for texts in text_chunks(corpus)], format="csr"),
         )
         self.documents.sort_indices()
 

@@ -192,7 +192,6 @@ def test_score_sum_adds_min_max_normalised_scores_with_the_weights(dense_model, 
     assert_top_k(run[query_id], expected, TOP_K)
 
 
-@pytest.mark.slow  # numba compiles bm25s' search for ~15 s
 def test_a_corpus_indexed_a_chunk_of_texts_at_a_time_is_indexed_as_in_one_piece(
     dense_model, sparse_model, collection, monkeypatch
 ):
@@ -217,6 +216,7 @@ def test_a_corpus_indexed_a_chunk_of_texts_at_a_time_is_indexed_as_in_one_piece(
     assert bm25_chunked.search(collection.queries, TOP_K) == bm25_whole.search(collection.queries, TOP_K)
 
 
+@pytest.mark.slow  # numba compiles bm25s' search for ~15 s
 def test_bm25_search_through_numba_for_large_searches_scores_as_numpy_does(collection, monkeypatch):
     """Above NUMBA_MIN_PAIRS query-document pairs the search runs on bm25s' numba backend: the same scores; documents
     of equal score may come in another order."""

@@ -55,9 +55,6 @@ class PackedCorpus(Mapping):
     def __repr__(self) -> str:
         return f"PackedCorpus({len(self)} documents, {len(self._buffer):,} bytes of text)"
 
-    def row(self, identifier: str) -> int:
-        return self._rows[identifier]
-
     def text_at(self, row: int) -> str:
         return self._buffer[self._offsets[row] : self._offsets[row + 1]].decode()
 
@@ -93,7 +90,10 @@ class PackedCorpusBuilder:
         return True
 
     def build(self) -> PackedCorpus:
-        return PackedCorpus(self._ids, self._buffer, np.frombuffer(self._offsets, dtype=np.int64), self._rows)
+        """The corpus, which takes over what was collected: the builder starts empty again."""
+        corpus = PackedCorpus(self._ids, self._buffer, np.frombuffer(self._offsets, dtype=np.int64), self._rows)
+        self.__init__()
+        return corpus
 
 
 def text_chunks(corpus: Mapping, size: int | None = None) -> Iterator[list[str]]:

@@ -48,10 +48,10 @@ def test_the_index_is_built_by_the_process_that_scores_not_when_the_teacher_is_l
 
 
 def test_memory_does_not_grow_with_the_number_of_queries(train):
-    """A corpus of 20,000 passages: one corpus-length score vector is 80 KB. Keeping one per distinct query would
-    need 8 MB more for 100 queries than for 10."""
+    """A corpus of 10,000 passages: one corpus-length score vector is 40 KB. Keeping one per distinct query would
+    need 3.6 MB more for 100 queries than for 10."""
     texts = list(train.corpus.values())
-    corpus = {f"d{number}": f"{texts[number % len(texts)]} variant {number}" for number in range(20_000)}
+    corpus = {f"d{number}": f"{texts[number % len(texts)]} variant {number}" for number in range(10_000)}
     teacher = BM25Teacher(corpus)
     teacher.index()  # before the measurements: what scoring holds is measured, not the index
     documents = list(corpus.values())

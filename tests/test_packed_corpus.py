@@ -12,6 +12,7 @@ from training.data import packed_corpus
 from training.data.collection import load_corpus
 from training.data.packed_corpus import PackedCorpus, RowsByText, text_chunks
 from training.evaluation.retrievers.base import corpus_fingerprint
+from training.finetuning.data import training_set_from_passages
 
 QUERIES = [{"_id": "q1", "text": "first"}]
 # Texts of one, two, three and four UTF-8 bytes a character, and an empty one.
@@ -84,3 +85,18 @@ def test_rows_by_text_give_the_last_row_of_each_text(colliding_hashes, monkeypat
     assert [rows["one"], rows["two"], rows["three"]] == [2, 4, 3]
     with pytest.raises(KeyError):
         rows["four"]
+
+
+def test_a_training_set_made_of_passages_holds_its_corpus_packed_and_judges_dev_on_the_same_one():
+    passages = [f"Passage {n} opens with a sentence about topic {n}. It closes with another one on item {n}." for n in range(40)]
+    as_made = {}
+
+    training_set = training_set_from_passages(passages, 0.25, None, 1, "synthetic", "synthetic", ("sentences",))
+
+    assert isinstance(training_set.corpus, PackedCorpus)
+    assert training_set.dev.corpus is training_set.corpus
+    for query_id, judged in {**training_set.qrels, **training_set.dev.qrels}.items():
+        (document_id,) = judged
+        as_made[document_id] = training_set.corpus[document_id]
+        assert document_id == query_id.replace("q", "d") and as_made[document_id] in passages[int(document_id[1:])]
+    assert len(as_made) == len(training_set.corpus) == 40

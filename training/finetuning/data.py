@@ -16,6 +16,7 @@ from ..data.corpus import file_format
 from ..common.errors import InputError
 from ..common.json_lines import json_lines
 from ..data.collection import Collection, load_collection
+from ..data.packed_corpus import PackedCorpus
 from .pseudo_queries import CROPS, LEADS, MIN_CROP_WORDS, SENTENCE_END, SENTENCES, TITLES, describe_kinds, pseudo_pair
 
 logger = logging.getLogger(__name__)
@@ -232,6 +233,8 @@ def training_set_from_passages(
     training_set.passages = {query_id: sources[query_id] for query_id in training_set.queries if query_id in sources}
     if dev_kinds and set(dev_kinds) != set(kinds):
         _remake_dev(training_set, passages, titles, dev_kinds, seed, description)
+    # Packed once made (`_remake_dev` writes into it): every process holds it through training.
+    training_set.corpus = training_set.dev.corpus = PackedCorpus.from_items(training_set.corpus.items())
     return training_set
 
 

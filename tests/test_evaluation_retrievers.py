@@ -6,9 +6,11 @@ searched in one block or in several. Hybrid: reciprocal rank fusion
 and normalised score sums follow their formulas over the members' runs.
 """
 
+import functools
 import logging
 import tracemalloc
 
+import bm25s
 import numpy as np
 import pytest
 from tokenizers import normalizers
@@ -214,6 +216,22 @@ def test_a_corpus_indexed_a_chunk_of_texts_at_a_time_is_indexed_as_in_one_piece(
     np.testing.assert_allclose(dense_chunked.corpus_vectors(), dense_whole.corpus_vectors(), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(sparse_chunked.documents.toarray(), sparse_whole.documents.toarray(), rtol=1e-4, atol=1e-5)
     assert bm25_chunked.search(collection.queries, TOP_K) == bm25_whole.search(collection.queries, TOP_K)
+
+
+@pytest.mark.parametrize("method", ["lucene", "bm25+"])
+def test_bm25_indexed_from_term_ids_a_chunk_at_a_time_scores_as_bm25s_indexing_the_token_strings(collection, method, monkeypatch):
+    """The index is built from each chunk's term ids mapped into one vocabulary (held as one array, not as lists of
+    token strings): every query's scores over the corpus equal those of bm25s indexing the whole corpus' tokens."""
+    monkeypatch.setattr(packed_corpus, "TEXT_CHUNK", 7)
+    retriever = BM25Retriever(method=method, show_progress_bar=False)
+    retriever.index(collection.corpus)
+    reference = bm25s.BM25(method=method)
+    tokenize = functools.partial(bm25s.tokenize, stopwords="en", return_ids=False, show_progress=False)
+    reference.index(tokenize(list(collection.corpus.values())), show_progress=False)
+
+    for query in collection.queries.values():
+        term_ids = reference.get_tokens_ids(tokenize([query])[0])
+        np.testing.assert_allclose(retriever.scores(query), reference.get_scores(term_ids), rtol=1e-6, err_msg=query)
 
 
 @pytest.mark.slow  # numba compiles bm25s' search for ~15 s

@@ -1,8 +1,10 @@
 """BM25 over bm25s: scikit-learn-style tokens (lower-cased words of 2+ characters), optional stopwords and stemming."""
 
 import importlib.util
+import itertools
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from types import SimpleNamespace
 
 import bm25s
 import numpy as np
@@ -17,6 +19,23 @@ logger = logging.getLogger(__name__)
 # measured on 2,000 queries over 100k synthetic passages (2e8 pairs), numpy took 30.5 s on one thread and 16.7 s on
 # two, numba 1.0 s once compiled, with equal scores (documents of equal score may come in another order).
 NUMBA_MIN_PAIRS = 10**9
+
+
+class DocumentTermIds:
+    """Every document's term ids in one int32 array with offsets, iterated as bm25s iterates what it indexes: one
+    list of ids a document. Four bytes a token, where a Python list of token strings beside one of ids held about
+    2 GB more than the index itself at the scale benchmark's 1M passages."""
+
+    def __init__(self, term_ids: np.ndarray, offsets: np.ndarray):
+        self.term_ids, self.offsets = term_ids, offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __iter__(self) -> Iterator[list[int]]:
+        bounds = self.offsets.tolist()
+        for start, end in zip(bounds[:-1], bounds[1:]):
+            yield self.term_ids[start:end].tolist()
 
 
 class BM25Retriever(Retriever):
@@ -45,9 +64,27 @@ class BM25Retriever(Retriever):
             texts, stopwords=self.stopwords, stemmer=self.stemmer, return_ids=False, show_progress=self.show_progress_bar
         )
 
+    def _term_ids(self, corpus: Mapping[str, str]) -> SimpleNamespace:
+        """Every document's term ids and the vocabulary, as bm25s indexes them (its `ids` and `vocab`), tokenised a
+        chunk of texts at a time: one vocabulary over the chunks, each chunk's ids mapped into it."""
+        vocabulary: dict[str, int] = {}
+        pieces, lengths = [], []
+        for texts in text_chunks(corpus):
+            tokenized = bm25s.tokenize(
+                texts, stopwords=self.stopwords, stemmer=self.stemmer, return_ids=True, show_progress=self.show_progress_bar
+            )
+            to_vocabulary = np.empty(max(tokenized.vocab.values(), default=-1) + 1, dtype=np.int32)
+            for token, chunk_id in tokenized.vocab.items():
+                to_vocabulary[chunk_id] = vocabulary.setdefault(token, len(vocabulary))
+            chunk_lengths = np.fromiter(map(len, tokenized.ids), dtype=np.int64, count=len(tokenized.ids))
+            chunk_ids = np.fromiter(itertools.chain.from_iterable(tokenized.ids), np.int32, int(chunk_lengths.sum()))
+            pieces.append(to_vocabulary[chunk_ids])
+            lengths.append(chunk_lengths)
+        offsets = np.concatenate([[0], np.cumsum(np.concatenate(lengths))])
+        return SimpleNamespace(ids=DocumentTermIds(np.concatenate(pieces), offsets), vocab=vocabulary)
+
     def _build_index(self, corpus: Mapping[str, str]) -> None:
-        tokens = [document for texts in text_chunks(corpus) for document in self._tokens(texts)]
-        self._bm25.index(tokens, show_progress=self.show_progress_bar)
+        self._bm25.index(self._term_ids(corpus), show_progress=self.show_progress_bar)
 
     def _query_term_ids(self, query: str) -> list[int]:
         if self.corpus_fingerprint is None:

@@ -36,7 +36,7 @@ class TrainingSet:
     """
 
     queries: dict[str, str]
-    corpus: Mapping[str, str]  # packed when read from a BEIR folder; a dict when made of pairs or passages
+    corpus: Mapping[str, str]  # packed when read from a BEIR folder or made of passages; a dict when made of pairs
     qrels: dict[str, dict[str, int]]
     dev: Collection
     name: str

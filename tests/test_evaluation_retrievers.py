@@ -13,6 +13,7 @@ import tracemalloc
 import bm25s
 import numpy as np
 import pytest
+import scipy.sparse as sparse_matrices
 from tokenizers import normalizers
 
 from training.common.models import load_sentence_transformer, load_sparse_encoder
@@ -20,7 +21,7 @@ from training.data import packed_corpus
 from training.data.collection import load_collection
 from training.evaluation.embedding_cache import model_cache_file, save_embeddings
 from training.evaluation.retrievers import BM25Retriever, DenseRetriever, HybridRetriever, SparseRetriever, dense, sparse
-from training.evaluation.retrievers import bm25, faiss_index
+from training.evaluation.retrievers import bm25, bm25_index, faiss_index
 from training.evaluation.retrievers.base import corpus_fingerprint
 
 TOP_K = 20
@@ -197,8 +198,8 @@ def test_score_sum_adds_min_max_normalised_scores_with_the_weights(dense_model, 
 def test_a_corpus_indexed_a_chunk_of_texts_at_a_time_is_indexed_as_in_one_piece(
     dense_model, sparse_model, collection, monkeypatch
 ):
-    """Every retriever takes a corpus' texts TEXT_CHUNK at a time (a packed corpus decodes one chunk at a time): in
-    chunks of 7 texts, the same vectors in the same rows and the same BM25 ranking as in one piece."""
+    """Every retriever takes a corpus' texts a chunk at a time (TEXT_CHUNK; BM25's tokeniser TOKENIZED_TEXTS), and a
+    packed corpus decodes one chunk at a time: in chunks of 7 texts, the same vectors in the same rows and the same BM25 ranking as in one piece."""
     def indexed():
         retrievers = (
             DenseRetriever(dense_model, "tiny", show_progress_bar=False),
@@ -211,6 +212,7 @@ def test_a_corpus_indexed_a_chunk_of_texts_at_a_time_is_indexed_as_in_one_piece(
 
     dense_whole, sparse_whole, bm25_whole = indexed()
     monkeypatch.setattr(packed_corpus, "TEXT_CHUNK", 7)
+    monkeypatch.setattr(bm25, "TOKENIZED_TEXTS", 7)
     dense_chunked, sparse_chunked, bm25_chunked = indexed()
 
     np.testing.assert_allclose(dense_chunked.corpus_vectors(), dense_whole.corpus_vectors(), rtol=1e-4, atol=1e-5)
@@ -218,20 +220,35 @@ def test_a_corpus_indexed_a_chunk_of_texts_at_a_time_is_indexed_as_in_one_piece(
     assert bm25_chunked.search(collection.queries, TOP_K) == bm25_whole.search(collection.queries, TOP_K)
 
 
-@pytest.mark.parametrize("method", ["lucene", "bm25+"])
-def test_bm25_indexed_from_term_ids_a_chunk_at_a_time_scores_as_bm25s_indexing_the_token_strings(collection, method, monkeypatch):
+@pytest.mark.parametrize("method", ["lucene", "robertson", "bm25+"])
+def test_bm25_index_built_from_term_ids_a_block_at_a_time_equals_bm25s_indexing_the_token_strings(collection, method, monkeypatch):
     """The index is built from each chunk's term ids mapped into one vocabulary (held as one array, not as lists of
-    token strings): every query's scores over the corpus equal those of bm25s indexing the whole corpus' tokens."""
-    monkeypatch.setattr(packed_corpus, "TEXT_CHUNK", 7)
+    token strings), and its score matrix a block of documents at a time: every term's column holds the documents and
+    the very scores of bm25s indexing the whole corpus' tokens, and so every query scores the corpus as bm25s does."""
+    monkeypatch.setattr(bm25, "TOKENIZED_TEXTS", 7)
+    monkeypatch.setattr(bm25_index, "BLOCK_TOKENS", 50)  # blocks of a few short documents, and long ones alone
     retriever = BM25Retriever(method=method, show_progress_bar=False)
     retriever.index(collection.corpus)
     reference = bm25s.BM25(method=method)
     tokenize = functools.partial(bm25s.tokenize, stopwords="en", return_ids=False, show_progress=False)
     reference.index(tokenize(list(collection.corpus.values())), show_progress=False)
 
+    def columns(index: bm25s.BM25, terms: list[str]) -> sparse_matrices.csc_matrix:
+        matrix = sparse_matrices.csc_matrix(
+            (index.scores["data"], index.scores["indices"], index.scores["indptr"]),
+            shape=(index.scores["num_docs"], len(index.scores["indptr"]) - 1),
+        )
+        return matrix[:, [index.vocab_dict[term] for term in terms]]
+
+    terms = sorted(term for term in reference.vocab_dict if term)  # "" is bm25s' empty token, outside the matrix
+    assert sorted(term for term in retriever._bm25.vocab_dict if term) == terms
+    built, expected = columns(retriever._bm25, terms), columns(reference, terms)
+    np.testing.assert_array_equal(built.indptr, expected.indptr)
+    np.testing.assert_array_equal(built.indices, expected.indices)
+    np.testing.assert_array_equal(built.data, expected.data)
     for query in collection.queries.values():
         term_ids = reference.get_tokens_ids(tokenize([query])[0])
-        np.testing.assert_allclose(retriever.scores(query), reference.get_scores(term_ids), rtol=1e-6, err_msg=query)
+        np.testing.assert_array_equal(retriever.scores(query), reference.get_scores(term_ids), err_msg=query)
 
 
 @pytest.mark.slow  # numba compiles bm25s' search for ~15 s

@@ -3,7 +3,7 @@
 import importlib.util
 import itertools
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from types import SimpleNamespace
 
 import bm25s
@@ -12,6 +12,7 @@ import Stemmer
 
 from ...data.packed_corpus import text_chunks
 from .base import Retriever, Run, run_from_top_k
+from .bm25_index import DocumentTermIds, TermIdsBM25
 
 logger = logging.getLogger(__name__)
 
@@ -20,22 +21,9 @@ logger = logging.getLogger(__name__)
 # two, numba 1.0 s once compiled, with equal scores (documents of equal score may come in another order).
 NUMBA_MIN_PAIRS = 10**9
 
-
-class DocumentTermIds:
-    """Every document's term ids in one int32 array with offsets, iterated as bm25s iterates what it indexes: one
-    list of ids a document. Four bytes a token: given a Python list of token strings, from which bm25s built one of
-    ids, indexing the scale benchmark's 1M passages peaked 619 MB higher."""
-
-    def __init__(self, term_ids: np.ndarray, offsets: np.ndarray):
-        self.term_ids, self.offsets = term_ids, offsets
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    def __iter__(self) -> Iterator[list[int]]:
-        bounds = self.offsets.tolist()
-        for start, end in zip(bounds[:-1], bounds[1:]):
-            yield self.term_ids[start:end].tolist()
+# Texts bm25s tokenises at once, fewer than other encoders take: it returns each text's ids as a Python list, about
+# 36 bytes a token, so 100k synthetic passages at once held 263 MB beside a 54 MB index.
+TOKENIZED_TEXTS = 2**15
 
 
 class BM25Retriever(Retriever):
@@ -57,7 +45,7 @@ class BM25Retriever(Retriever):
         self.stopwords = stopwords
         self.stemmer = Stemmer.Stemmer(stemmer) if stemmer else None
         self.show_progress_bar = show_progress_bar
-        self._bm25 = bm25s.BM25(k1=k1, b=b, method=method)
+        self._bm25 = TermIdsBM25(k1=k1, b=b, method=method)
 
     def _tokens(self, texts: list[str]) -> list[list[str]]:
         return bm25s.tokenize(
@@ -68,8 +56,8 @@ class BM25Retriever(Retriever):
         """Every document's term ids and the vocabulary, as bm25s indexes them (its `ids` and `vocab`), tokenised a
         chunk of texts at a time: one vocabulary over the chunks, each chunk's ids mapped into it."""
         vocabulary: dict[str, int] = {}
-        pieces, lengths = [], []
-        for texts in text_chunks(corpus):
+        documents = DocumentTermIds()
+        for texts in text_chunks(corpus, TOKENIZED_TEXTS):
             tokenized = bm25s.tokenize(
                 texts, stopwords=self.stopwords, stemmer=self.stemmer, return_ids=True, show_progress=self.show_progress_bar
             )
@@ -78,10 +66,8 @@ class BM25Retriever(Retriever):
                 to_vocabulary[chunk_id] = vocabulary.setdefault(token, len(vocabulary))
             chunk_lengths = np.fromiter(map(len, tokenized.ids), dtype=np.int64, count=len(tokenized.ids))
             chunk_ids = np.fromiter(itertools.chain.from_iterable(tokenized.ids), np.int32, int(chunk_lengths.sum()))
-            pieces.append(to_vocabulary[chunk_ids])
-            lengths.append(chunk_lengths)
-        offsets = np.concatenate([[0], np.cumsum(np.concatenate(lengths))])
-        return SimpleNamespace(ids=DocumentTermIds(np.concatenate(pieces), offsets), vocab=vocabulary)
+            documents.add(to_vocabulary[chunk_ids], chunk_lengths)
+        return SimpleNamespace(ids=documents, vocab=vocabulary)
 
     def _build_index(self, corpus: Mapping[str, str]) -> None:
         self._bm25.index(self._term_ids(corpus), show_progress=self.show_progress_bar)

@@ -11,6 +11,7 @@ import logging
 import tracemalloc
 
 import bm25s
+import faiss
 import numpy as np
 import pytest
 import scipy.sparse as sparse_matrices
@@ -327,22 +328,46 @@ def test_embedding_cache_is_keyed_by_tokenizer_pooling_and_length_as_well_as_the
     assert evaluate_with_cache(cased) != []
 
 
-def test_a_cached_corpus_is_indexed_from_the_file_a_chunk_at_a_time(dense_model, tmp_path, monkeypatch):
-    """At MS MARCO size the matrix alone is 13.5 GB (384 dimensions): the cached file is memory-mapped and added to
-    the index a chunk at a time, so building the index never holds a second whole copy of it in memory."""
+def test_a_cached_corpus_is_searched_from_the_file_a_block_at_a_time(dense_model, tmp_path, monkeypatch):
+    """At MS MARCO size the matrix alone is 13.5 GB (384 dimensions): the cached file is memory-mapped and exact
+    search on the CPU reads it a block at a time, so that neither indexing nor searching holds a second whole copy of
+    it in memory (faiss' flat index would)."""
     corpus = {f"d{number}": f"passage number {number}" for number in range(20_000)}
     embeddings = np.random.default_rng(0).standard_normal((len(corpus), dense_model.get_embedding_dimension()))
     embeddings = embeddings.astype(np.float32)
     save_embeddings(model_cache_file(str(tmp_path), "weights-1", dense_model, corpus_fingerprint(corpus)), embeddings)
-    monkeypatch.setattr(faiss_index, "ADD_CHUNK", 1000)
+    monkeypatch.setattr(faiss_index, "BLOCK_BYTES", 1000 * 4 * embeddings.shape[1])
     retriever = DenseRetriever(dense_model, "tiny", cache_dir=str(tmp_path), cache_key="weights-1", show_progress_bar=False)
 
     tracemalloc.start()
     retriever.index(corpus)
+    retriever.search({"q": "passage number 7"}, TOP_K)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
 
     assert retriever.corpus_from_cache
-    assert peak < embeddings.nbytes / 4, f"{peak / 2**20:.1f} MiB traced while indexing a {embeddings.nbytes / 2**20:.1f} MiB matrix"
+    assert peak < embeddings.nbytes / 4, f"{peak / 2**20:.1f} MiB traced searching a {embeddings.nbytes / 2**20:.1f} MiB matrix"
     normalised = embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True)
     np.testing.assert_allclose(retriever.corpus_vectors(), normalised, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("top_k", [5, 40, 300])
+def test_blocked_exact_search_finds_what_faiss_flat_index_finds_over_the_whole_matrix(monkeypatch, top_k):
+    """The CPU's exact search merges the top k of each block of 32 rows: the rows and scores of faiss' IndexFlatIP
+    over all 250, also where k exceeds a block (40) and the corpus (300: the missing rows are -1)."""
+    rng = np.random.default_rng(0)
+    embeddings = rng.standard_normal((250, 16)).astype(np.float32)
+    queries = rng.standard_normal((30, 16)).astype(np.float32)
+    monkeypatch.setattr(faiss_index, "BLOCK_BYTES", 32 * 4 * 16)
+    flat = faiss.IndexFlatIP(16)
+    flat.add(embeddings)
+    expected_scores, expected_rows = flat.search(queries, top_k)
+
+    blocked = faiss_index.BlockedFlatIndex(embeddings, lambda stored: np.array(stored, dtype=np.float32))
+    scores, rows = blocked.search(queries, top_k)
+
+    np.testing.assert_array_equal(rows, expected_rows)
+    found = expected_rows >= 0
+    np.testing.assert_allclose(scores[found], expected_scores[found], rtol=1e-5)
+    np.testing.assert_array_equal(blocked.reconstruct_n(0, 250), embeddings)
+    np.testing.assert_array_equal(blocked.reconstruct_batch([249, 0, 31, 32]), embeddings[[249, 0, 31, 32]])

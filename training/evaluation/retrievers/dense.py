@@ -13,7 +13,7 @@ from ...common.errors import InputError
 from ...data.packed_corpus import text_chunks
 from ..embedding_cache import EMBEDDING_DTYPES, cached_embeddings, model_cache_file
 from .base import Retriever, Run, run_from_top_k
-from .faiss_index import DEFAULT_NPROBE, EXACT, INDEX_KINDS, build_index, describe, on_all_gpus
+from .faiss_index import DEFAULT_NPROBE, EXACT, INDEX_KINDS, describe, searched_index
 
 SEARCH_CHUNK = 1024  # queries per faiss call (one progress step)
 
@@ -66,8 +66,8 @@ class DenseRetriever(Retriever):
         self.embedding_dtype = embedding_dtype
         self.corpus_from_cache = False
         self.cache_file = None  # where the corpus' encoding is kept, once indexed with a cache
-        self._index: faiss.Index | None = None  # on the CPU: documents' vectors are read back from it
-        self._search_index: faiss.Index | None = None  # the same, or its clone on the GPUs
+        self._index = None  # on the CPU: documents' vectors are read back from it
+        self._search_index = None  # the same, or a faiss index's clone on the GPUs
 
     def _embeddings(self, encode, texts: list[str]) -> np.ndarray:
         """`encode` (the model's encode_document or encode_query) of `texts`, as the model outputs them, at the model's
@@ -110,10 +110,12 @@ class DenseRetriever(Retriever):
         return matrix
 
     def _build_index(self, corpus: Mapping[str, str]) -> None:
-        """The index of the corpus' vectors, added a chunk at a time from the (memory-mapped) embeddings, so that
-        building it holds the index and one chunk, not a second whole matrix beside it."""
-        self._index = build_index(self._document_embeddings(corpus), self._vectors, self.index_kind, self.nprobe)
-        self._search_index = on_all_gpus(self._index)
+        """The index of the corpus' (memory-mapped) embeddings: on the CPU, exact search reads them a block at a
+        time; a faiss index (IVF, or any on GPUs) is built from them a chunk at a time. Neither holds a second whole
+        matrix beside them."""
+        self._index, self._search_index = searched_index(
+            self._document_embeddings(corpus), self._vectors, self.index_kind, self.nprobe
+        )
         self.settings["index"] = describe(self._index)
 
     def _search(self, queries: dict[str, str], top_k: int) -> Run:

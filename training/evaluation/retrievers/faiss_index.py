@@ -1,5 +1,8 @@
-"""The faiss index a dense retriever searches: exact (a flat inner-product index) or approximate (an inverted file,
-IVF), built on the CPU a chunk of vectors at a time, then searched on all the GPUs faiss sees, if any.
+"""The index a dense retriever searches: exact or approximate (a faiss inverted file, IVF).
+
+On the CPU, exact search reads the corpus' embedding matrix (memory-mapped from the cache, where there is one) a block
+of rows at a time (`BlockedFlatIndex`): faiss' flat index would hold a second copy of every vector. Where faiss sees
+GPUs, and for IVF, a faiss index is built on the CPU a chunk of vectors at a time, then searched on all the GPUs.
 
 The GPU path follows sentence-transformers' `mine_hard_negatives` and Tevatron's search: the index is cloned to
 every GPU as fp16 shards. It needs a faiss build with GPU support (`faiss-gpu`); the CPU build this package is
@@ -20,6 +23,7 @@ DEFAULT_NPROBE = 128
 # faiss warns below 39 training points a list, and samples at most 256 a list for k-means itself.
 MIN_POINTS_PER_LIST, MAX_POINTS_PER_LIST = 39, 256
 ADD_CHUNK = 16384  # vectors added to the index at a time: 24 MiB of fp32 at 384 dimensions
+BLOCK_BYTES = 2**26  # float32 vectors searched at a time by `BlockedFlatIndex`: 64 MiB, 43,690 rows at 384 dimensions
 
 
 def ivf_lists(num_vectors: int) -> int:
@@ -57,7 +61,53 @@ def build_index(
     return index
 
 
-def describe(index: faiss.Index) -> str:
+class BlockedFlatIndex:
+    """Exact inner-product search over an embedding matrix, as faiss' IndexFlatIP searches it, without copying the
+    matrix: each block of rows is turned into searched vectors by `vectors` (e.g. normalised for cosine) when it is
+    searched, and the blocks' top k are merged by faiss' ResultHeap. Reads back vectors as faiss indexes do
+    (`reconstruct_n`, `reconstruct_batch`)."""
+
+    def __init__(self, embeddings: np.ndarray, vectors: Callable[[np.ndarray], np.ndarray]):
+        self.embeddings, self.vectors = embeddings, vectors
+        self.ntotal, self.d = embeddings.shape
+
+    def _block_rows(self) -> int:
+        return max(1, BLOCK_BYTES // (4 * self.d))
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The top `k` (scores, rows) of every query, best first; -1 rows where the corpus has fewer than k."""
+        results = faiss.ResultHeap(len(queries), k, keep_max=True)
+        for start in range(0, self.ntotal, self._block_rows()):
+            block = self.vectors(self.embeddings[start : start + self._block_rows()])
+            scores, rows = faiss.knn(queries, block, min(k, len(block)), metric=faiss.METRIC_INNER_PRODUCT)
+            results.add_result(scores, rows + start)
+        results.finalize()
+        return results.D, results.I
+
+    def reconstruct_n(self, start: int, count: int) -> np.ndarray:
+        return np.concatenate(
+            [self.vectors(self.embeddings[row : min(row + self._block_rows(), start + count)])
+             for row in range(start, start + count, self._block_rows())]
+            or [np.zeros((0, self.d), np.float32)]
+        )
+
+    def reconstruct_batch(self, rows: np.ndarray) -> np.ndarray:
+        return self.vectors(self.embeddings[np.asarray(rows, dtype=np.int64)])
+
+
+def searched_index(
+    embeddings: np.ndarray, vectors: Callable[[np.ndarray], np.ndarray], kind: str = EXACT, nprobe: int = DEFAULT_NPROBE
+) -> tuple:
+    """(the index vectors are read back from, the index searched): exact search on the CPU reads `embeddings` a
+    block at a time; otherwise a faiss index built on the CPU, and its clone on all GPUs where faiss sees any."""
+    if kind == EXACT and faiss.get_num_gpus() == 0:
+        index = BlockedFlatIndex(embeddings, vectors)
+        return index, index
+    index = build_index(embeddings, vectors, kind, nprobe)
+    return index, on_all_gpus(index)
+
+
+def describe(index) -> str:
     """The index in a report's settings: "exact", or "ivf (nlist 288, nprobe 128)"."""
     if isinstance(index, faiss.IndexIVF):
         return f"{IVF} (nlist {index.nlist}, nprobe {index.nprobe})"

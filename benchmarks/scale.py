@@ -6,7 +6,11 @@ each passage is 3 to 6 sentences drawn with a seed, with a distinct id, so BM25 
 sentence of a passage, which is its judged document. Every phase runs in a process of its own, so that its peak
 resident memory (`ru_maxrss`, less the process's memory once the libraries are imported) is its own:
 
-- `corpus`: loading the BEIR folder (`load_collection`);
+- `corpus`: loading the BEIR folder (`load_collection`) the first time: reading `corpus.jsonl` and packing it into
+  the corpus cache (`--work_dir/corpus-cache`, which every phase reads from), its entry removed first;
+- `corpus_mapped`: loading it again, mapped from the cache, and reading every text; then a second process doing the
+  same while this one holds it: each one's anonymous and file-backed resident memory, and its proportional share
+  (Pss), which splits the pages the two map between them;
 - `bm25_index`, `bm25_search`: indexing the corpus, then retrieving the top 100 of every query (the mining search);
 - `bm25_teacher`: the BM25 teacher's scores of 8 pairs a query (`BM25Teacher.score`), also with 10x the queries
   (its `scoring_peak_mb`: what scoring holds beyond the pairs it is given, traced by tracemalloc);
@@ -26,7 +30,9 @@ The table and the slopes are printed and kept in `--work_dir/scale.json`; rerunn
 import argparse
 import json
 import math
+import os
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -43,7 +49,7 @@ TOP_K = 100
 PAIRS_PER_QUERY = 8
 ENCODED_LENGTH = 128
 PHASES = (
-    "corpus", "bm25_index", "bm25_search", "bm25_teacher", "bm25_teacher_10x_queries", "dense_encoding", "dense_search",
+    "corpus", "corpus_mapped", "bm25_index", "bm25_search", "bm25_teacher", "bm25_teacher_10x_queries", "dense_encoding", "dense_search",
     "dense_search_ivf",
 )
 OTHER_NPROBES = (32, 512)
@@ -96,13 +102,59 @@ def run_phase(phase: str, folder: Path, encoder: str, cache_dir: Path) -> dict:
     """`phase` on the collection in `folder`: {"phase_seconds": the phase's own wall time, ...}."""
     from training.data.collection import load_collection
 
+    from training.data.corpus_cache import cache_entry, corpus_cache_dir
+
+    if phase == "corpus":
+        shutil.rmtree(cache_entry(folder / "corpus.jsonl", corpus_cache_dir()), ignore_errors=True)
+    before = memory_breakdown()
     start = time.perf_counter()
     collection = load_collection(str(folder), "test")
     if phase == "corpus":
         return {"phase_seconds": time.perf_counter() - start}
+    if phase == "corpus_mapped":
+        return {"phase_seconds": time.perf_counter() - start, **mapped_corpus_memory(collection.corpus, folder, before)}
     if phase.startswith("bm25"):
         return bm25_phase(phase, collection)
     return dense_phase(phase, collection, folder, encoder, cache_dir)
+
+
+READ_EVERY_TEXT = """
+import json, sys
+from benchmarks.scale import memory_breakdown
+from training.data.collection import load_corpus
+from training.data.packed_corpus import text_chunks
+before = memory_breakdown()
+corpus = load_corpus(sys.argv[1])
+characters = sum(len(text) for texts in text_chunks(corpus) for text in texts)
+print(json.dumps({"characters": characters, **memory_breakdown(before)}))
+"""
+
+
+def mapped_corpus_memory(corpus, folder: Path, before: dict) -> dict:
+    """This process's memory once it has read every text of the mapped corpus, then a second process's, which maps
+    and reads the same corpus while this one still holds it; each above its own memory before it loaded the
+    corpus."""
+    from training.data.packed_corpus import text_chunks
+
+    characters = sum(len(text) for texts in text_chunks(corpus) for text in texts)
+    first = memory_breakdown(before)
+    second = subprocess.run(
+        [sys.executable, "-c", READ_EVERY_TEXT, str(folder)], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+    )
+    second = json.loads(second.stdout.strip().splitlines()[-1])
+    assert second["characters"] == characters, "the second process read another corpus"
+    return {"first_process": first, "second_process": second}
+
+
+def memory_breakdown(since: dict | None = None) -> dict:
+    """Resident memory now (Linux), in MB: anonymous, file-backed (the mapped corpus), and the proportional set size,
+    which counts a page shared by k processes as 1/k; each less its value in `since`, if given."""
+    status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+    rollup = dict(line.split(":", 1) for line in Path("/proc/self/smaps_rollup").read_text().splitlines()[1:])
+    megabytes = lambda value: int(value.split()[0]) / 1024  # noqa: E731 (kB figures)
+    now = {"anonymous_mb": megabytes(status["RssAnon"]), "file_mb": megabytes(status["RssFile"]),
+           "pss_mb": megabytes(rollup["Pss"])}
+    return {key: value - (since or {}).get(key, 0.0) for key, value in now.items()}
 
 
 def bm25_phase(phase: str, collection) -> dict:
@@ -261,7 +313,21 @@ def report(results: dict, sizes: list[int]) -> str:
             slopes.append(f"{small:,}->{large:,}: time {time_slope:.2f}, memory {memory_slope:.2f}")
         rows.append([phase, "; ".join(f"N={size:,}: {cell}" for (size, _), cell in zip(measured, cells)), "; ".join(slopes)])
     table = markdown_table(["phase", "wall time; peak memory above the libraries' own", "log-log slope"], rows)
-    return "\n".join([table, *recall_lines(results, sizes)])
+    return "\n".join([table, *sharing_lines(results, sizes), *recall_lines(results, sizes)])
+
+
+def sharing_lines(results: dict, sizes: list[int]) -> list[str]:
+    """Per size, the memory of two processes reading the same mapped corpus."""
+    lines = []
+    for size in sizes:
+        result = results.get(f"corpus_mapped@{size}")
+        if result is not None:
+            cells = [f"{which.replace('_', ' ')}: anonymous {memory['anonymous_mb']:.0f} MB, file-backed "
+                     f"{memory['file_mb']:.0f} MB, Pss {memory['pss_mb']:.0f} MB"
+                     for which, memory in ((key, result[key]) for key in ("first_process", "second_process"))]
+            lines.append(f"- N={size:,}, every text read from the mapped corpus, above each process's memory before it "
+                         "loaded the corpus: " + "; ".join(cells))
+    return lines
 
 
 def recall_lines(results: dict, sizes: list[int]) -> list[str]:
@@ -296,7 +362,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data_dir", default=str(SHARED_DATA), help="The shared data (scifact/, pretrain_text/).")
     parser.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES),
                         help="The phases to measure (default: all); dense_search_ivf needs dense_search's results.")
-    parser.add_argument("--phase", choices=PHASES, help=argparse.SUPPRESS)
+    parser.add_argument("--phase", choices=PHASES, help=argparse.SUPPRESS)  # with SEED_ENCODER_CORPUS_CACHE set
     parser.add_argument("--collection", help=argparse.SUPPRESS)
     parser.add_argument("--cache_dir", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -318,6 +384,9 @@ def main(argv: list[str] | None = None) -> None:
                 sys.exit(f"--phases dense_search_ivf measures recall against dense_search's top {TOP_K}, which no run "
                          f"has kept for {size:,} passages in {work}: add dense_search to --phases.")
     cache_dir = work / "embedding-cache"
+    from training.data.corpus_cache import CACHE_VARIABLE
+
+    os.environ[CACHE_VARIABLE] = str(work / "corpus-cache")  # the phases' processes inherit it
     encoder = saved_encoder(args.encoder, work / "encoder")
     store = ResultStore(work / "scale.json")
     pool = sentence_pool(Path(args.data_dir))

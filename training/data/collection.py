@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..common.errors import InputError
 from ..common.json_lines import json_lines
+from .corpus_cache import cached_corpus
 from .packed_corpus import PackedCorpus, PackedCorpusBuilder
 
 logger = logging.getLogger(__name__)
@@ -43,8 +44,15 @@ def _records_by_id(path: Path, required: tuple[str, ...]) -> dict[str, dict]:
 
 def load_corpus(data_dir: str) -> PackedCorpus:
     """Document id -> title and text joined by a space (the text alone when the title is missing or empty), packed
-    as the file is read: no record or line is held beside it."""
+    as the file is read (no record or line is held beside it), and kept packed in the user's cache, from which every
+    later read, by any process, maps it (`corpus_cache.py`)."""
     path = Path(data_dir) / "corpus.jsonl"
+    if not path.is_file():
+        return _read_corpus(path)  # json_lines refuses it, naming the file
+    return cached_corpus(path, lambda: _read_corpus(path))
+
+
+def _read_corpus(path: Path) -> PackedCorpus:
     builder = PackedCorpusBuilder()
     for number, record in json_lines(path, ("_id", "text"), hint=LAYOUT):
         identifier = str(record["_id"])

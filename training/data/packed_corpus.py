@@ -7,14 +7,18 @@ a text is decoded when it is read, and `text_chunks` hands a whole corpus to an 
 time, so that no copy of every text as a string is made beside it.
 """
 
+import mmap
 from array import array
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 
 import numpy as np
 
 # Texts decoded at once where a whole corpus is encoded or tokenised: about 190 MB of strings at 700 characters a
 # passage, and every corpus of the suite and of SciFact's size in one piece, so that each is encoded as one list.
 TEXT_CHUNK = 262_144
+# The files of a saved corpus (`PackedCorpus.save`, `PackedCorpus.open`).
+TEXTS_FILE, OFFSETS_FILE, IDS_FILE, ID_OFFSETS_FILE = "texts.bin", "offsets.npy", "ids.bin", "id_offsets.npy"
 
 
 class PackedCorpus(Mapping):
@@ -30,6 +34,7 @@ class PackedCorpus(Mapping):
             raise ValueError("document ids must be distinct")
         self._buffer = buffer
         self._offsets = offsets
+        self._folder: Path | None = None  # where the texts are mapped from, for a corpus `open` made
 
     @classmethod
     def from_items(cls, items) -> "PackedCorpus":
@@ -67,6 +72,37 @@ class PackedCorpus(Mapping):
     @property
     def text_bytes(self) -> int:
         return len(self._buffer)
+
+    def save(self, folder: Path) -> None:
+        """Write the corpus to `folder` (which must exist) in the files `open` maps: its texts' bytes and offsets,
+        and its ids packed the same way."""
+        (folder / TEXTS_FILE).write_bytes(self._buffer)
+        np.save(folder / OFFSETS_FILE, np.asarray(self._offsets, dtype=np.int64))
+        encoded_ids = [identifier.encode() for identifier in self._ids]
+        (folder / IDS_FILE).write_bytes(b"".join(encoded_ids))
+        np.save(folder / ID_OFFSETS_FILE, np.concatenate([[0], np.cumsum([len(each) for each in encoded_ids])]).astype(np.int64))
+
+    @classmethod
+    def open(cls, folder: Path) -> "PackedCorpus":
+        """A corpus `save` wrote, its texts and their offsets memory-mapped: the processes that open the same files
+        share one copy of the texts in the operating system's page cache, read as they are touched. The ids are
+        read into memory (a dict finds a document's row)."""
+        id_bytes = (folder / IDS_FILE).read_bytes()
+        id_offsets = np.load(folder / ID_OFFSETS_FILE).tolist()
+        ids = [id_bytes[start:end].decode() for start, end in zip(id_offsets[:-1], id_offsets[1:])]
+        with open(folder / TEXTS_FILE, "rb") as texts:
+            # mmap cannot map an empty file: a corpus of empty texts keeps its empty buffer
+            buffer = mmap.mmap(texts.fileno(), 0, access=mmap.ACCESS_READ) if texts.seek(0, 2) else b""
+        corpus = cls(ids, buffer, np.load(folder / OFFSETS_FILE, mmap_mode="r"))
+        corpus._folder = folder
+        return corpus
+
+    def __reduce__(self):
+        """A mapped corpus is pickled as its folder (a map cannot be pickled, and another process maps the same
+        files); one in memory as its ids, texts and offsets."""
+        if self._folder is not None:
+            return PackedCorpus.open, (self._folder,)
+        return PackedCorpus, (self._ids, bytes(self._buffer), np.asarray(self._offsets))
 
 
 class PackedCorpusBuilder:

@@ -1,0 +1,96 @@
+"""Corpus files read once, then memory-mapped: a BEIR `corpus.jsonl` is packed into a folder of the user's cache the
+first time it is read, and every later read, by this process or another, maps that folder instead.
+
+Under `accelerate launch` every process loads the training corpus (the training examples are built from it). Read
+from the file, each held its own copy of the texts (about 7 GB a process at MS MARCO's 8.8M passages); mapped, the
+processes of one machine share one copy in the page cache, and a corpus is read and checked once, by whichever
+process comes first while the others wait on a file lock. A rerun maps it in about a second.
+
+The folder is `$SEED_ENCODER_CORPUS_CACHE`, else `$XDG_CACHE_HOME/seed-encoder/corpora` (`~/.cache/...`); set the
+variable to `none` to read the file every time. Each source file has one entry, named by its resolved path, which is
+packed again when the file's size or modification time changes.
+"""
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from filelock import FileLock
+
+from .packed_corpus import PackedCorpus
+
+logger = logging.getLogger(__name__)
+
+CACHE_VARIABLE = "SEED_ENCODER_CORPUS_CACHE"
+SOURCE_FILE = "source.json"  # what the entry was packed from; written last, so an entry without it is incomplete
+FORMAT = 1  # the entry's layout: a new layout packs every corpus again
+
+
+def corpus_cache_dir() -> Path | None:
+    """The folder packed corpora are kept in, or None where `SEED_ENCODER_CORPUS_CACHE` is `none`."""
+    configured = os.environ.get(CACHE_VARIABLE)
+    if configured and configured.lower() == "none":
+        return None
+    if configured:
+        return Path(configured)
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(root) / "seed-encoder" / "corpora"
+
+
+def source_stamp(source: Path) -> dict:
+    status = source.stat()
+    return {"source": str(source.resolve()), "size": status.st_size, "mtime_ns": status.st_mtime_ns, "format": FORMAT}
+
+
+def cache_entry(source: Path, cache: Path) -> Path:
+    """The folder in `cache` that holds `source` packed: one a source file, named by its resolved path."""
+    return cache / hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:32]
+
+
+def cached_corpus(source: Path, read: Callable[[], PackedCorpus]) -> PackedCorpus:
+    """The corpus `read()` makes of `source`, memory-mapped from its cache entry, which is written first where it is
+    missing or older than the file. Where the cache is off or cannot be written, `read()` itself, with a warning for
+    the latter."""
+    cache = corpus_cache_dir()
+    if cache is None:
+        return read()
+    stamp = source_stamp(source)
+    entry = cache_entry(source, cache)
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(f"{entry}.lock")
+        lock.acquire()
+    except OSError as error:
+        logger.warning("Reading %s without the corpus cache: %s (set %s=none to skip it).", source, error, CACHE_VARIABLE)
+        return read()
+    try:
+        if not _holds(entry, stamp):
+            corpus = read()  # refuses a bad file before anything is written
+            _write(entry, corpus, stamp)
+            logger.info("Packed %s (%d documents) into %s, which later reads map.", source, len(corpus), entry)
+        return PackedCorpus.open(entry)
+    finally:
+        lock.release()
+
+
+def _holds(entry: Path, stamp: dict) -> bool:
+    try:
+        return json.loads((entry / SOURCE_FILE).read_text()) == stamp
+    except (OSError, ValueError):
+        return False
+
+
+def _write(entry: Path, corpus: PackedCorpus, stamp: dict) -> None:
+    """The entry written beside its place and moved there whole, so that an interrupted write leaves no entry that
+    looks complete."""
+    staging = entry.with_name(f"{entry.name}.writing-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    corpus.save(staging)
+    (staging / SOURCE_FILE).write_text(json.dumps(stamp))
+    shutil.rmtree(entry, ignore_errors=True)  # an older packing: processes that mapped it keep their open files
+    os.replace(staging, entry)

@@ -17,6 +17,7 @@ import pytest
 import scipy.sparse as sparse_matrices
 from tokenizers import normalizers
 
+from training.common.errors import InputError
 from training.common.models import load_sentence_transformer, load_sparse_encoder
 from training.data import packed_corpus
 from training.data.collection import load_collection
@@ -280,6 +281,11 @@ def test_bm25_leaves_out_documents_sharing_no_word_with_the_query(collection):
 
     assert run["nonsense"] == {}
     assert run["one-word"] and all("hypothalamus" in collection.corpus[doc].lower() for doc in run["one-word"])
+
+
+def test_bm25_refuses_a_corpus_without_a_word_it_indexes():
+    with pytest.raises(InputError, match=r"none of the corpus' 2 documents has a word BM25 indexes .*stopwords \(en\)"):
+        BM25Retriever(show_progress_bar=False).index({"a": "the of", "b": "and a"})
 
 
 def test_bm25_queries_of_stopwords_alone_match_nothing_and_are_counted_in_one_log_line(collection, caplog):

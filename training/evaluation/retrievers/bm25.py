@@ -10,6 +10,7 @@ import bm25s
 import numpy as np
 import Stemmer
 
+from ...common.errors import InputError
 from ...data.packed_corpus import text_chunks
 from .base import Retriever, Run, run_from_top_k
 from .bm25_index import DocumentTermIds, TermIdsBM25
@@ -70,7 +71,14 @@ class BM25Retriever(Retriever):
         return SimpleNamespace(ids=documents, vocab=vocabulary)
 
     def _build_index(self, corpus: Mapping[str, str]) -> None:
-        self._bm25.index(self._term_ids(corpus), show_progress=self.show_progress_bar)
+        term_ids = self._term_ids(corpus)
+        if not term_ids.vocab:  # bm25s fails on an empty vocabulary with a bare ValueError
+            raise InputError(
+                f"{self.name}: none of the corpus' {len(corpus)} documents has a word BM25 indexes (words of 2+ "
+                f"characters{', stopwords (' + self.stopwords + ') left out' if self.stopwords else ''}): there is "
+                "nothing to search. Check that the corpus file holds the documents' text."
+            )
+        self._bm25.index(term_ids, show_progress=self.show_progress_bar)
 
     def _query_term_ids(self, query: str) -> list[int]:
         if self.corpus_fingerprint is None:

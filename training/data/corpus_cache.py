@@ -8,7 +8,8 @@ process comes first while the others wait on a file lock. A rerun maps it in abo
 
 The folder is `$SEED_ENCODER_CORPUS_CACHE`, else `$XDG_CACHE_HOME/seed-encoder/corpora` (`~/.cache/...`); set the
 variable to `none` to read the file every time. Each source file has one entry, named by its resolved path, which is
-packed again when the file's size or modification time changes.
+packed again when the file's size or modification time changes (as datasets tells a changed local file); an entry
+takes about the size of its file, and deleting the folder only costs the next read its packing.
 """
 
 import hashlib

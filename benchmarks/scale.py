@@ -101,12 +101,11 @@ def write_collection(folder: Path, passages: int, queries: int, pool: list[str],
 def run_phase(phase: str, folder: Path, encoder: str, cache_dir: Path) -> dict:
     """`phase` on the collection in `folder`: {"phase_seconds": the phase's own wall time, ...}."""
     from training.data.collection import load_collection
-
     from training.data.corpus_cache import cache_entry, corpus_cache_dir
 
     if phase == "corpus":
         shutil.rmtree(cache_entry(folder / "corpus.jsonl", corpus_cache_dir()), ignore_errors=True)
-    before = memory_breakdown()
+    before = memory_breakdown() if phase == "corpus_mapped" else None
     start = time.perf_counter()
     collection = load_collection(str(folder), "test")
     if phase == "corpus":
@@ -120,23 +119,27 @@ def run_phase(phase: str, folder: Path, encoder: str, cache_dir: Path) -> dict:
 
 READ_EVERY_TEXT = """
 import json, sys
-from benchmarks.scale import memory_breakdown
+from benchmarks.scale import memory_breakdown, read_every_text
 from training.data.collection import load_corpus
-from training.data.packed_corpus import text_chunks
 before = memory_breakdown()
-corpus = load_corpus(sys.argv[1])
-characters = sum(len(text) for texts in text_chunks(corpus) for text in texts)
+corpus = load_corpus(sys.argv[1])  # held while measured: unmapped once freed
+characters = read_every_text(corpus)
 print(json.dumps({"characters": characters, **memory_breakdown(before)}))
 """
+
+
+def read_every_text(corpus) -> int:
+    """Decode every text of `corpus` (touching every page of a mapped one); its number of characters."""
+    from training.data.packed_corpus import text_chunks
+
+    return sum(len(text) for texts in text_chunks(corpus) for text in texts)
 
 
 def mapped_corpus_memory(corpus, folder: Path, before: dict) -> dict:
     """This process's memory once it has read every text of the mapped corpus, then a second process's, which maps
     and reads the same corpus while this one still holds it; each above its own memory before it loaded the
     corpus."""
-    from training.data.packed_corpus import text_chunks
-
-    characters = sum(len(text) for texts in text_chunks(corpus) for text in texts)
+    characters = read_every_text(corpus)
     first = memory_breakdown(before)
     second = subprocess.run(
         [sys.executable, "-c", READ_EVERY_TEXT, str(folder)], cwd=REPO_ROOT, capture_output=True, text=True, check=True

@@ -201,7 +201,8 @@ def test_a_corpus_indexed_a_chunk_of_texts_at_a_time_is_indexed_as_in_one_piece(
     dense_model, sparse_model, collection, monkeypatch
 ):
     """Every retriever takes a corpus' texts a chunk at a time (TEXT_CHUNK; BM25's tokeniser TOKENIZED_TEXTS), and a
-    packed corpus decodes one chunk at a time: in chunks of 7 texts, the same vectors in the same rows and the same BM25 ranking as in one piece."""
+    packed corpus decodes one chunk at a time: in chunks of 7 texts, the same vectors in the same rows and the same
+    BM25 ranking as in one piece."""
     def indexed():
         retrievers = (
             DenseRetriever(dense_model, "tiny", show_progress_bar=False),
@@ -224,8 +225,8 @@ def test_a_corpus_indexed_a_chunk_of_texts_at_a_time_is_indexed_as_in_one_piece(
 
 @pytest.mark.parametrize("method", ["lucene", "robertson", "bm25+"])
 def test_bm25_index_built_from_term_ids_a_block_at_a_time_equals_bm25s_indexing_the_token_strings(collection, method, monkeypatch):
-    """The index is built from each chunk's term ids mapped into one vocabulary (held as one array, not as lists of
-    token strings), and its score matrix a block of documents at a time: every term's column holds the documents and
+    """The index is built from each chunk's term ids mapped into one vocabulary (held as int32 arrays, not as lists
+    of token strings), and its score matrix a block of documents at a time: every term's column holds the documents and
     the very scores of bm25s indexing the whole corpus' tokens, and so every query scores the corpus as bm25s does."""
     monkeypatch.setattr(bm25, "TOKENIZED_TEXTS", 7)
     monkeypatch.setattr(bm25_index, "BLOCK_TOKENS", 50)  # blocks of a few short documents, and long ones alone

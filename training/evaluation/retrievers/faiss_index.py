@@ -85,11 +85,7 @@ class BlockedFlatIndex:
         return results.D, results.I
 
     def reconstruct_n(self, start: int, count: int) -> np.ndarray:
-        return np.concatenate(
-            [self.vectors(self.embeddings[row : min(row + self._block_rows(), start + count)])
-             for row in range(start, start + count, self._block_rows())]
-            or [np.zeros((0, self.d), np.float32)]
-        )
+        return self.vectors(self.embeddings[start : start + count])  # one new matrix, as faiss returns
 
     def reconstruct_batch(self, rows: np.ndarray) -> np.ndarray:
         return self.vectors(self.embeddings[np.asarray(rows, dtype=np.int64)])

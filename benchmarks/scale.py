@@ -8,9 +8,9 @@ resident memory (`ru_maxrss`, less the process's memory once the libraries are i
 
 - `corpus`: loading the BEIR folder (`load_collection`) the first time: reading `corpus.jsonl` and packing it into
   the corpus cache (`--work_dir/corpus-cache`, which every phase reads from), its entry removed first;
-- `corpus_mapped`: loading it again, mapped from the cache, and reading every text; then a second process doing the
-  same while this one holds it: each one's anonymous and file-backed resident memory, and its proportional share
-  (Pss), which splits the pages the two map between them;
+- `corpus_mapped`: loading it again, opened from the cache, and reading every text by its id; then a second process
+  doing the same while this one holds it: each one's anonymous and file-backed resident memory, and its proportional
+  share (Pss), which splits the pages the two map between them;
 - `bm25_index`, `bm25_search`: indexing the corpus, then retrieving the top 100 of every query (the mining search);
 - `bm25_teacher`: the BM25 teacher's scores of 8 pairs a query (`BM25Teacher.score`), also with 10x the queries
   (its `scoring_peak_mb`: what scoring holds beyond the pairs it is given, traced by tracemalloc);
@@ -47,13 +47,13 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 TOP_K = 100
 PAIRS_PER_QUERY = 8
-ENCODED_LENGTH = 128
+ENCODED_LENGTH = 128  # the dense encoder's tokens a text, by default
 PHASES = (
     "corpus", "corpus_mapped", "bm25_index", "bm25_search", "bm25_teacher", "bm25_teacher_10x_queries", "dense_encoding", "dense_search",
     "dense_search_ivf",
 )
 OTHER_NPROBES = (32, 512)
-EXACT_TOP = "exact_dense_top.json"  # dense_search's top 100 per query, in the collection's folder
+EXACT_TOP = "exact_dense_top-{length}.json"  # dense_search's top 100 per query at a length, in the collection's folder
 
 
 # Synthetic collections -----------------------------------------------------------------------------------------
@@ -98,7 +98,7 @@ def write_collection(folder: Path, passages: int, queries: int, pool: list[str],
 # Phases, each run in a process of its own -----------------------------------------------------------------------
 
 
-def run_phase(phase: str, folder: Path, encoder: str, cache_dir: Path) -> dict:
+def run_phase(phase: str, folder: Path, encoder: str, cache_dir: Path, length: int = ENCODED_LENGTH) -> dict:
     """`phase` on the collection in `folder`: {"phase_seconds": the phase's own wall time, ...}."""
     from training.data.collection import load_collection
     from training.data.corpus_cache import cache_entry, corpus_cache_dir
@@ -114,7 +114,7 @@ def run_phase(phase: str, folder: Path, encoder: str, cache_dir: Path) -> dict:
         return {"phase_seconds": time.perf_counter() - start, **mapped_corpus_memory(collection.corpus, folder, before)}
     if phase.startswith("bm25"):
         return bm25_phase(phase, collection)
-    return dense_phase(phase, collection, folder, encoder, cache_dir)
+    return dense_phase(phase, collection, folder, encoder, cache_dir, length)
 
 
 READ_EVERY_TEXT = """
@@ -129,10 +129,9 @@ print(json.dumps({"characters": characters, **memory_breakdown(before)}))
 
 
 def read_every_text(corpus) -> int:
-    """Decode every text of `corpus` (touching every page of a mapped one); its number of characters."""
-    from training.data.packed_corpus import text_chunks
-
-    return sum(len(text) for texts in text_chunks(corpus) for text in texts)
+    """Read every text of `corpus` by its id, as examples are built (touching every page of a mapped one: its texts,
+    its ids and their index); its number of characters."""
+    return sum(len(corpus[identifier]) for identifier in corpus)
 
 
 def mapped_corpus_memory(corpus, folder: Path, before: dict) -> dict:
@@ -172,9 +171,10 @@ def bm25_phase(phase: str, collection) -> dict:
         queries = list(collection.queries.values())
         if phase == "bm25_teacher_10x_queries":
             queries = [f"{query} {number}" for number in range(10) for query in queries]
-        documents = list(collection.corpus.values())
         pair_queries = [query for query in queries for _ in range(PAIRS_PER_QUERY)]
-        pair_documents = [documents[row] for row in rng.integers(0, len(documents), size=len(pair_queries))]
+        # the pairs' texts alone: a list of every text, as this phase made first, held 0.7 GB at 1M passages
+        rows = rng.integers(0, len(collection.corpus), size=len(pair_queries)).tolist()
+        pair_documents = [collection.corpus.text_at(row) for row in rows]
         tracemalloc.start()  # what scoring itself holds, beyond the pairs it is given
         start = time.perf_counter()
         teacher.score(pair_queries, pair_documents)
@@ -190,13 +190,13 @@ def bm25_phase(phase: str, collection) -> dict:
     return {"phase_seconds": time.perf_counter() - start}
 
 
-def dense_phase(phase: str, collection, folder: Path, encoder: str, cache_dir: Path) -> dict:
+def dense_phase(phase: str, collection, folder: Path, encoder: str, cache_dir: Path, length: int) -> dict:
     from training.common.models import load_sentence_transformer
     from training.evaluation.embedding_cache import weights_fingerprint
     from training.evaluation.retrievers import DenseRetriever
     from training.evaluation.retrievers.faiss_index import EXACT, IVF
 
-    model = load_sentence_transformer(encoder, max_seq_length=ENCODED_LENGTH)
+    model = load_sentence_transformer(encoder, max_seq_length=length)
     retriever = DenseRetriever(
         model, "dense", batch_size=64, cache_dir=str(cache_dir), cache_key=weights_fingerprint(model),
         show_progress_bar=False, index_kind=IVF if phase == "dense_search_ivf" else EXACT,
@@ -213,9 +213,10 @@ def dense_phase(phase: str, collection, folder: Path, encoder: str, cache_dir: P
         "faiss_search_seconds": faiss_seconds(retriever),
     }
     if phase == "dense_search":
-        (folder / EXACT_TOP).write_text(json.dumps({query_id: list(ranked) for query_id, ranked in run.items()}))
+        ranked = {query_id: list(documents) for query_id, documents in run.items()}
+        (folder / EXACT_TOP.format(length=length)).write_text(json.dumps(ranked))
         return result
-    exact = json.loads((folder / EXACT_TOP).read_text())
+    exact = json.loads((folder / EXACT_TOP.format(length=length)).read_text())
     result.update(index=retriever.settings["index"], phase_seconds=result["phase_seconds"] + indexed)
     result.update(recall_against_exact(run, exact, prefix=f"nprobe{retriever.nprobe}_"))
     result[f"nprobe{retriever.nprobe}_faiss_search_seconds"] = result["faiss_search_seconds"]
@@ -245,7 +246,7 @@ def recall_against_exact(run: dict, exact: dict, prefix: str) -> dict:
     return recalls
 
 
-def stand_in_vectors(folder: Path, encoder: str, cache_dir: Path) -> None:
+def stand_in_vectors(folder: Path, encoder: str, cache_dir: Path, length: int) -> None:
     """Random unit vectors written where the dense retriever's cache would keep the corpus' encoding, so that search
     at a size too large to encode here reads them as it would read real ones."""
     from training.common.models import load_sentence_transformer
@@ -253,7 +254,7 @@ def stand_in_vectors(folder: Path, encoder: str, cache_dir: Path) -> None:
     from training.evaluation.embedding_cache import model_cache_file, save_embeddings, weights_fingerprint
     from training.evaluation.retrievers.base import corpus_fingerprint
 
-    model = load_sentence_transformer(encoder, max_seq_length=ENCODED_LENGTH)
+    model = load_sentence_transformer(encoder, max_seq_length=length)
     corpus = load_collection(str(folder), "test").corpus  # as the phase reads it: its fingerprint keys the cache
     path = model_cache_file(str(cache_dir), weights_fingerprint(model), model, corpus_fingerprint(corpus))
     if path.is_file():
@@ -280,10 +281,10 @@ def resident_mb() -> float:
     return pages * resource.getpagesize() / 2**20
 
 
-def measured_in_a_process(phase: str, folder: Path, encoder: str, cache_dir: Path) -> dict:
+def measured_in_a_process(phase: str, folder: Path, encoder: str, cache_dir: Path, length: int) -> dict:
     """The phase run by this module in a new process: its result and that process's peak resident memory."""
     command = [sys.executable, "-m", "benchmarks.scale", "--phase", phase, "--collection", str(folder),
-               "--encoder", encoder, "--cache_dir", str(cache_dir)]
+               "--encoder", encoder, "--cache_dir", str(cache_dir), "--encoded_length", str(length)]
     finished = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True)
     if finished.returncode != 0:
         sys.exit(f"phase {phase} on {folder} failed:\n{finished.stderr[-3000:]}")
@@ -358,8 +359,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000], help="Passages a corpus.")
     parser.add_argument("--queries", type=int, default=10_000, help="Queries of every collection.")
     parser.add_argument("--encoder", default=str(REPO_ROOT.parent / "shared" / "models" / "splade-tiny"),
-                        help="The dense encoder's folder, run at ENCODED_LENGTH tokens (default: splade-tiny's BERT "
-                        "with [CLS] pooling, small enough to encode a corpus on a CPU; its vectors mean nothing here).")
+                        help="The dense encoder's folder (default: splade-tiny's BERT with [CLS] pooling, small "
+                        "enough to encode a corpus on a CPU; its vectors mean nothing here).")
+    parser.add_argument("--encoded_length", type=int, default=ENCODED_LENGTH,
+                        help=f"The dense encoder's tokens a text (default {ENCODED_LENGTH}); fewer encode faster.")
     parser.add_argument("--max_encoded", type=int, default=100_000,
                         help="Encode corpora up to this size; larger ones search random stand-in vectors.")
     parser.add_argument("--data_dir", default=str(SHARED_DATA), help="The shared data (scifact/, pretrain_text/).")
@@ -375,7 +378,7 @@ def main(argv: list[str] | None = None) -> None:
         import training.finetuning.teachers  # noqa: F401
 
         baseline = resident_mb()
-        result = run_phase(args.phase, Path(args.collection), args.encoder, Path(args.cache_dir))
+        result = run_phase(args.phase, Path(args.collection), args.encoder, Path(args.cache_dir), args.encoded_length)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(json.dumps({**result, "peak_rss_mb": peak, "phase_peak_mb": peak - baseline}))
         return
@@ -383,7 +386,7 @@ def main(argv: list[str] | None = None) -> None:
     work = Path(args.work_dir)
     if "dense_search_ivf" in args.phases and "dense_search" not in args.phases:
         for size in args.sizes:
-            if not (work / f"collection-{size}" / EXACT_TOP).is_file():
+            if not (work / f"collection-{size}" / EXACT_TOP.format(length=args.encoded_length)).is_file():
                 sys.exit(f"--phases dense_search_ivf measures recall against dense_search's top {TOP_K}, which no run "
                          f"has kept for {size:,} passages in {work}: add dense_search to --phases.")
     cache_dir = work / "embedding-cache"
@@ -399,8 +402,10 @@ def main(argv: list[str] | None = None) -> None:
             if phase == "dense_encoding" and size > args.max_encoded:
                 continue
             if phase.startswith("dense_search") and size > args.max_encoded:
-                stand_in_vectors(folder, encoder, cache_dir)
-            store.get_or_run(f"{phase}@{size}", lambda: measured_in_a_process(phase, folder, encoder, cache_dir))
+                stand_in_vectors(folder, encoder, cache_dir, args.encoded_length)
+            store.get_or_run(
+                f"{phase}@{size}", lambda: measured_in_a_process(phase, folder, encoder, cache_dir, args.encoded_length)
+            )
     print(report(store.results, sorted(args.sizes)))
 
 

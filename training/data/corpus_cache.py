@@ -1,10 +1,12 @@
-"""Corpus files read once, then memory-mapped: a BEIR `corpus.jsonl` is packed into a folder of the user's cache the
-first time it is read, and every later read, by this process or another, maps that folder instead.
+"""Corpus files read once, then opened in place: a BEIR `corpus.jsonl` is packed into a folder of the user's cache the
+first time it is read, and every later read, by this process or another, opens that folder instead
+(`PackedCorpus.open`: texts read from their file as asked for, ids memory-mapped).
 
 Under `accelerate launch` every process loads the training corpus (the training examples are built from it). Read
-from the file, each held its own copy of the texts (about 7 GB a process at MS MARCO's 8.8M passages); mapped, the
-processes of one machine share one copy in the page cache, and a corpus is read and checked once, by whichever
-process comes first while the others wait on a file lock. A rerun maps it in about a second.
+from the file, each held its own copy of the texts and ids (about 7 GB a process at MS MARCO's 8.8M passages); opened
+from the cache, a process holds none of it: the processes of one machine share one copy in the page cache, and a
+corpus is read and checked once, by whichever process comes first while the others wait on a file lock. A rerun
+opens it in about a second.
 
 The folder is `$SEED_ENCODER_CORPUS_CACHE`, else `$XDG_CACHE_HOME/seed-encoder/corpora` (`~/.cache/...`); set the
 variable to `none` to read the file every time. Each source file has one entry, named by its resolved path, which is
@@ -28,7 +30,7 @@ logger = logging.getLogger(__name__)
 
 CACHE_VARIABLE = "SEED_ENCODER_CORPUS_CACHE"
 SOURCE_FILE = "source.json"  # what the entry was packed from; written last, so an entry without it is incomplete
-FORMAT = 1  # the entry's layout: a new layout packs every corpus again
+FORMAT = 2  # the entry's layout: a new layout packs every corpus again (2: the ids mapped, with a hashed index)
 
 
 def corpus_cache_dir() -> Path | None:
@@ -53,7 +55,7 @@ def cache_entry(source: Path, cache: Path) -> Path:
 
 
 def cached_corpus(source: Path, read: Callable[[], PackedCorpus]) -> PackedCorpus:
-    """The corpus `read()` makes of `source`, memory-mapped from its cache entry, which is written first where it is
+    """The corpus `read()` makes of `source`, opened from its cache entry, which is written first where it is
     missing or older than the file. Where the cache is off or cannot be written, `read()` itself, with a warning for
     the latter."""
     cache = corpus_cache_dir()
@@ -72,8 +74,8 @@ def cached_corpus(source: Path, read: Callable[[], PackedCorpus]) -> PackedCorpu
         if not _holds(entry, stamp):
             corpus = read()  # refuses a bad file before anything is written
             _write(entry, corpus, stamp)
-            logger.info("Packed %s (%d documents) into %s, which later reads map.", source, len(corpus), entry)
-            del corpus  # freed before its mapped twin is opened: both at once peaked 67 MB higher at 1M passages
+            logger.info("Packed %s (%d documents) into %s, which later reads open.", source, len(corpus), entry)
+            del corpus  # freed before its twin is opened: both at once peaked 67 MB higher at 1M passages
         return PackedCorpus.open(entry)
     finally:
         lock.release()
@@ -94,5 +96,5 @@ def _write(entry: Path, corpus: PackedCorpus, stamp: dict) -> None:
     staging.mkdir()
     corpus.save(staging)
     (staging / SOURCE_FILE).write_text(json.dumps(stamp))
-    shutil.rmtree(entry, ignore_errors=True)  # an older packing: processes that mapped it keep their open files
+    shutil.rmtree(entry, ignore_errors=True)  # an older packing: processes that opened it keep their open files
     os.replace(staging, entry)

@@ -5,11 +5,19 @@ scale benchmark's 1M passages, a 721 MB `corpus.jsonl`; about 19 GB at MS MARCO'
 `accelerate launch` every process loads it. Packed, it costs its UTF-8 bytes, 8 bytes of offset a text and its ids;
 a text is decoded when it is read, and `text_chunks` hands a whole corpus to an encoder or a tokeniser a slice at a
 time, so that no copy of every text as a string is made beside it.
+
+Saved and opened again (the corpus cache), nothing of it is the process's own: its texts are read from their file by
+byte range, through the operating system's page cache, which every process of a machine that opens the same folder
+shares; its ids and the index that finds an id's row are memory-mapped. Mapped, the texts a process had read stayed
+resident in it: all of them once a corpus was indexed or its training pairs scored (0.7 GB at 1M passages).
 """
 
+import hashlib
 import mmap
+import os
+import weakref
 from array import array
-from collections.abc import Iterator, Mapping
+from collections.abc import ItemsView, Iterator, Mapping, Sequence, ValuesView
 from pathlib import Path
 
 import numpy as np
@@ -17,18 +25,94 @@ import numpy as np
 # Texts decoded at once where a whole corpus is encoded or tokenised: about 190 MB of strings at 700 characters a
 # passage, and every corpus of the suite and of SciFact's size in one piece, so that each is encoded as one list.
 TEXT_CHUNK = 262_144
+# Texts decoded at once where every text is read once, in order, by this module (a fingerprint, a teacher's hashes):
+# 262,144 at a time peaked 0.6 GB above the corpus at 1M passages, this many about 1/8 of that.
+READ_CHUNK = 32_768
 # The files of a saved corpus (`PackedCorpus.save`, `PackedCorpus.open`).
 TEXTS_FILE, OFFSETS_FILE, IDS_FILE, ID_OFFSETS_FILE = "texts.bin", "offsets.npy", "ids.bin", "id_offsets.npy"
+ID_HASHES_FILE, ID_HASH_ROWS_FILE = "id_hashes.npy", "id_hash_rows.npy"
+# Ids decoded at once where every id is read in order.
+ID_CHUNK = 65_536
+
+
+def id_hash(identifier: bytes) -> int:
+    """A 64-bit hash of an id's UTF-8 bytes that is the same in every process (Python's `hash` of a string is
+    salted per process, and the index that uses it is saved)."""
+    return int.from_bytes(hashlib.blake2b(identifier, digest_size=8).digest(), "little", signed=True)
+
+
+class PackedIds(Sequence):
+    """A saved corpus' ids, in row order, from one UTF-8 buffer and its offsets; an id is decoded when it is read."""
+
+    def __init__(self, buffer, offsets: np.ndarray):
+        self._buffer = buffer
+        self._offsets = offsets
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    def __getitem__(self, row):
+        if isinstance(row, slice):
+            return [self[each] for each in range(*row.indices(len(self)))]
+        row = int(row)
+        if not -len(self) <= row < len(self):
+            raise IndexError(f"row {row} of {len(self)} ids")
+        row %= len(self)
+        return self._buffer[int(self._offsets[row]) : int(self._offsets[row + 1])].decode()
+
+    def __iter__(self) -> Iterator[str]:
+        for start in range(0, len(self), ID_CHUNK):
+            offsets = self._offsets[start : start + ID_CHUNK + 1].tolist()
+            yield from (self._buffer[offsets[i] : offsets[i + 1]].decode() for i in range(len(offsets) - 1))
+
+
+class HashedRows:
+    """A saved corpus' id -> row: the ids' hashes sorted in one array beside their rows, an id found by binary search
+    and checked against the ids themselves, so that ids whose hashes collide are told apart. 16 bytes an id, mapped,
+    where a dict took about 100 bytes an id on every process (0.5 GB at 1M passages)."""
+
+    def __init__(self, ids: PackedIds, hashes: np.ndarray, rows: np.ndarray):
+        self._ids, self._hashes, self._rows = ids, hashes, rows
+
+    @staticmethod
+    def sorted_hashes(ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """The (sorted hashes, their rows) of `ids`, as `HashedRows` and `PackedCorpus.save` keep them."""
+        hashes = np.fromiter((id_hash(identifier.encode()) for identifier in ids), dtype=np.int64, count=len(ids))
+        rows = np.argsort(hashes, kind="stable")
+        return hashes[rows], rows
+
+    def get(self, identifier, default=None):
+        if not isinstance(identifier, str):
+            return default
+        key = id_hash(identifier.encode())
+        first, end = np.searchsorted(self._hashes, key, "left"), np.searchsorted(self._hashes, key, "right")
+        for row in self._rows[first:end].tolist():
+            if self._ids[row] == identifier:
+                return row
+        return default
+
+    def __getitem__(self, identifier: str) -> int:
+        row = self.get(identifier)
+        if row is None:
+            raise KeyError(identifier)
+        return row
+
+    def __contains__(self, identifier) -> bool:
+        return self.get(identifier) is not None
+
+    def __len__(self) -> int:
+        return len(self._rows)
 
 
 class PackedCorpus(Mapping):
     """Document id -> text, read-only, in the order the texts were added. `text_at(row)` and `texts(start, end)`
     read by position, the order the retrievers index in."""
 
-    def __init__(self, ids: list[str], buffer: bytes | bytearray, offsets: np.ndarray, rows: dict[str, int] | None = None):
+    def __init__(self, ids: Sequence[str], buffer: bytes | bytearray, offsets: np.ndarray, rows=None):
         if len(offsets) != len(ids) + 1:
             raise ValueError(f"{len(ids)} ids need {len(ids) + 1} offsets, not {len(offsets)}")
         self._ids = ids
+        # id -> row: a dict, or a saved corpus' `HashedRows`
         self._rows = {identifier: row for row, identifier in enumerate(ids)} if rows is None else rows
         if len(self._rows) != len(ids):
             raise ValueError("document ids must be distinct")
@@ -57,17 +141,39 @@ class PackedCorpus(Mapping):
     def __len__(self) -> int:
         return len(self._ids)
 
+    def items(self) -> ItemsView:
+        return _ItemsInRowOrder(self)
+
+    def values(self) -> ValuesView:
+        return _ValuesInRowOrder(self)
+
     def __repr__(self) -> str:
         return f"PackedCorpus({len(self)} documents, {len(self._buffer):,} bytes of text)"
+
+    @property
+    def ids(self) -> Sequence[str]:
+        """The ids in row order, read by position: the row a retriever's index gives maps to its id here."""
+        return self._ids
+
+    @property
+    def rows(self):
+        """id -> row, read like a dict (`rows[id]`, `id in rows`, `rows.get(id)`)."""
+        return self._rows
 
     def text_at(self, row: int) -> str:
         return self._buffer[self._offsets[row] : self._offsets[row + 1]].decode()
 
     def texts(self, start: int = 0, end: int | None = None) -> list[str]:
-        """The texts of rows start to end (excluded), decoded."""
+        """The texts of rows start to end (excluded), decoded (an opened corpus reads their range in one call)."""
         end = len(self) if end is None else min(end, len(self))
         offsets = self._offsets[start : end + 1].tolist()
-        return [self._buffer[offsets[i] : offsets[i + 1]].decode() for i in range(len(offsets) - 1)]
+        if len(offsets) < 2:
+            return []
+        if isinstance(self._buffer, TextsFile):
+            buffer, base = self._buffer[offsets[0] : offsets[-1]], offsets[0]
+        else:
+            buffer, base = self._buffer, 0
+        return [buffer[offsets[i] - base : offsets[i + 1] - base].decode() for i in range(len(offsets) - 1)]
 
     @property
     def text_bytes(self) -> int:
@@ -75,25 +181,30 @@ class PackedCorpus(Mapping):
 
     def save(self, folder: Path) -> None:
         """Write the corpus to `folder` (which must exist) in the files `open` maps: its texts' bytes and offsets,
-        and its ids packed the same way."""
-        (folder / TEXTS_FILE).write_bytes(self._buffer)
+        its ids packed the same way, and the sorted hashes that find an id's row."""
+        if isinstance(self._buffer, TextsFile):
+            self._buffer.copy_to(folder / TEXTS_FILE)
+        else:
+            (folder / TEXTS_FILE).write_bytes(self._buffer)
         np.save(folder / OFFSETS_FILE, np.asarray(self._offsets, dtype=np.int64))
-        encoded_ids = [identifier.encode() for identifier in self._ids]
-        (folder / IDS_FILE).write_bytes(b"".join(encoded_ids))
-        np.save(folder / ID_OFFSETS_FILE, np.concatenate([[0], np.cumsum([len(each) for each in encoded_ids])]).astype(np.int64))
+        with open(folder / IDS_FILE, "wb") as ids_file:
+            id_offsets = np.zeros(len(self) + 1, dtype=np.int64)
+            for row, identifier in enumerate(self._ids):
+                id_offsets[row + 1] = id_offsets[row] + ids_file.write(identifier.encode())
+        np.save(folder / ID_OFFSETS_FILE, id_offsets)
+        hashes, rows = HashedRows.sorted_hashes(self._ids)
+        np.save(folder / ID_HASHES_FILE, hashes)
+        np.save(folder / ID_HASH_ROWS_FILE, rows)
 
     @classmethod
     def open(cls, folder: Path) -> "PackedCorpus":
-        """A corpus `save` wrote, its texts and their offsets memory-mapped: the processes that open the same files
-        share one copy of the texts in the operating system's page cache, read as they are touched. The ids are
-        read into memory (a dict finds a document's row)."""
-        id_bytes = (folder / IDS_FILE).read_bytes()
-        id_offsets = np.load(folder / ID_OFFSETS_FILE).tolist()
-        ids = [id_bytes[start:end].decode() for start, end in zip(id_offsets[:-1], id_offsets[1:])]
-        with open(folder / TEXTS_FILE, "rb") as texts:
-            # mmap cannot map an empty file: a corpus of empty texts keeps its empty buffer
-            buffer = mmap.mmap(texts.fileno(), 0, access=mmap.ACCESS_READ) if texts.seek(0, 2) else b""
-        corpus = cls(ids, buffer, np.load(folder / OFFSETS_FILE, mmap_mode="r"))
+        """A corpus `save` wrote, opened in place: its texts are read from their file as they are asked for, its
+        ids, offsets and id index memory-mapped; all of it from the operating system's page cache, one copy shared by
+        every process that opens the same files."""
+        ids = PackedIds(_mapped_bytes(folder / IDS_FILE), np.load(folder / ID_OFFSETS_FILE, mmap_mode="r"))
+        hashes, hash_rows = (np.load(folder / name, mmap_mode="r") for name in (ID_HASHES_FILE, ID_HASH_ROWS_FILE))
+        rows = HashedRows(ids, hashes, hash_rows)
+        corpus = cls(ids, TextsFile(folder / TEXTS_FILE), np.load(folder / OFFSETS_FILE, mmap_mode="r"), rows)
         corpus._folder = folder
         return corpus
 
@@ -103,6 +214,56 @@ class PackedCorpus(Mapping):
         if self._folder is not None:
             return PackedCorpus.open, (self._folder,)
         return PackedCorpus, (self._ids, bytes(self._buffer), np.asarray(self._offsets))
+
+
+class _ItemsInRowOrder(ItemsView):
+    """(id, text) in row order, the texts read a chunk at a time: a Mapping's own view looks every id up again."""
+
+    def __iter__(self):
+        return zip(iter(self._mapping.ids), _ValuesInRowOrder(self._mapping))
+
+
+class _ValuesInRowOrder(ValuesView):
+    def __iter__(self):
+        for texts in text_chunks(self._mapping, READ_CHUNK):
+            yield from texts
+
+
+class TextsFile:
+    """A saved corpus' texts, read by byte range (`texts_file[start:end]`) from the file, which stays open (a
+    replaced cache entry is still read whole from the file the corpus opened). A text read from a memory map stayed
+    resident in the process that read it; read from the file, it is the page cache's, which every process shares."""
+
+    def __init__(self, path: Path):
+        self._descriptor = os.open(path, os.O_RDONLY)
+        weakref.finalize(self, os.close, self._descriptor)
+        self._size = os.fstat(self._descriptor).st_size
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __getitem__(self, span: slice) -> bytes:
+        start, end = int(span.start), int(span.stop)
+        pieces = []
+        while start < end:  # one read returns at most about 2 GB
+            piece = os.pread(self._descriptor, end - start, start)
+            if not piece:
+                raise EOFError(f"the corpus' texts file ends at byte {start} of {end}: it was truncated")
+            pieces.append(piece)
+            start += len(piece)
+        return b"".join(pieces) if len(pieces) != 1 else pieces[0]
+
+    def copy_to(self, path: Path) -> None:
+        with open(path, "wb") as copy:
+            for start in range(0, self._size, 2**26):
+                copy.write(self[start : min(start + 2**26, self._size)])
+
+
+def _mapped_bytes(path: Path):
+    """The file's bytes, memory-mapped read-only; an empty file (the ids of no documents) as b"", which mmap cannot
+    map."""
+    with open(path, "rb") as file:
+        return mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) if file.seek(0, 2) else b""
 
 
 class PackedCorpusBuilder:
@@ -160,7 +321,7 @@ class RowsByText:
         self._corpus = packed(corpus)
         hashes = np.empty(len(self._corpus), dtype=np.int64)
         start = 0
-        for texts in text_chunks(self._corpus):
+        for texts in text_chunks(self._corpus, READ_CHUNK):
             hashes[start : start + len(texts)] = np.fromiter(map(hash, texts), dtype=np.int64, count=len(texts))
             start += len(texts)
         self._rows = np.argsort(hashes, kind="stable")  # rows ascending among equal hashes

@@ -39,13 +39,15 @@ def draw_negatives(
     so every example has the same number of texts.
     """
     rng = random.Random(seed)
-    corpus_ids = sorted(training_set.corpus)
+    corpus_ids = None  # sorted, made where a query first runs short: a list of every id costs ~0.6 GB at 8.8M
     examples = []
     for query_id, positive_id in training_set.pairs():
         pool = candidates.get(query_id, [])
         negatives = rng.sample(pool, min(count, len(pool)))
         excluded = set(training_set.positives(query_id)) | set(negatives)
-        while len(negatives) < count and len(excluded) < len(corpus_ids):
+        if len(negatives) < count and corpus_ids is None:
+            corpus_ids = sorted(training_set.corpus)
+        while len(negatives) < count and len(excluded) < len(training_set.corpus):
             doc_id = rng.choice(corpus_ids)
             if doc_id not in excluded:
                 negatives.append(doc_id)

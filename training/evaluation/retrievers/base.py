@@ -2,9 +2,11 @@
 
 import hashlib
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
+
+from ...data.packed_corpus import PackedCorpus
 
 Run = dict[str, dict[str, float]]  # query id -> {document id: score}
 
@@ -41,7 +43,8 @@ class Retriever:
     def __init__(self, name: str):
         self.name = name
         self.settings: dict = {}  # how the retriever was configured, for the JSON report
-        self.document_ids: list[str] = []
+        self.document_ids: Sequence[str] = []  # in index row order
+        self._document_rows = None  # id -> row: a packed corpus' own, else made on first use
         self.corpus_fingerprint: str | None = None
         self._seconds = {"encode_seconds": 0.0, "search_seconds": 0.0}
 
@@ -50,7 +53,10 @@ class Retriever:
         if fingerprint == self.corpus_fingerprint:
             return
         start = time.perf_counter()
-        self.document_ids = list(corpus)
+        if isinstance(corpus, PackedCorpus):  # its ids and their index, shared: mapped where the corpus is
+            self.document_ids, self._document_rows = corpus.ids, corpus.rows
+        else:
+            self.document_ids, self._document_rows = list(corpus), None
         self.corpus_fingerprint = fingerprint  # subclasses key caches on it
         try:
             self._build_index(corpus)
@@ -58,6 +64,12 @@ class Retriever:
             self.corpus_fingerprint = None
             raise
         self._seconds["encode_seconds"] = time.perf_counter() - start
+
+    def document_rows(self, document_ids: list[str]) -> np.ndarray:
+        """The index rows of these indexed documents."""
+        if self._document_rows is None:
+            self._document_rows = {document_id: row for row, document_id in enumerate(self.document_ids)}
+        return np.array([self._document_rows[document_id] for document_id in document_ids], dtype=np.int64)
 
     def search(self, queries: dict[str, str], top_k: int) -> Run:
         if self.corpus_fingerprint is None:

@@ -141,9 +141,8 @@ class DenseRetriever(Retriever):
         each document's vector read from the index instead of being encoded again."""
         query_rows = {text: row for row, text in enumerate(dict.fromkeys(queries))}
         query_vectors = self._vectors(self._embeddings(self.model.encode_query, list(query_rows)))
-        document_rows = {document_id: row for row, document_id in enumerate(self.document_ids)}
         # Only the pairs' rows: reconstructing the whole index first took 8.8 s for 8 pairs at 1.28M vectors.
-        rows = np.array([document_rows[document_id] for document_id in document_ids], dtype=np.int64)
+        rows = self.document_rows(document_ids)
         document_vectors = self._index.reconstruct_batch(rows) if len(rows) else np.zeros((0, self._index.d), np.float32)
         return np.einsum("ij,ij->i", query_vectors[[query_rows[text] for text in queries]], document_vectors)
 

@@ -176,8 +176,7 @@ class SparseRetriever(Retriever):
         document's vector read from the index instead of being encoded again."""
         query_rows = {text: row for row, text in enumerate(dict.fromkeys(queries))}
         query_vectors = self._vectors("query", list(query_rows))[[query_rows[text] for text in queries]]
-        document_rows = {document_id: row for row, document_id in enumerate(self.document_ids)}
-        document_vectors = self.documents[[document_rows[document_id] for document_id in document_ids]]
+        document_vectors = self.documents[self.document_rows(document_ids)]
         return np.asarray(query_vectors.multiply(document_vectors).sum(axis=1), dtype=np.float32).ravel()
 
     def top_k(self, queries: sparse.csr_matrix, top_k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -122,22 +122,22 @@ import json, sys
 from benchmarks.scale import memory_breakdown, read_every_text
 from training.data.collection import load_corpus
 before = memory_breakdown()
-corpus = load_corpus(sys.argv[1])  # held while measured: unmapped once freed
+corpus = load_corpus(sys.argv[1])  # held while measured: closed once freed
 characters = read_every_text(corpus)
 print(json.dumps({"characters": characters, **memory_breakdown(before)}))
 """
 
 
 def read_every_text(corpus) -> int:
-    """Read every text of `corpus` by its id, as examples are built (touching every page of a mapped one: its texts,
-    its ids and their index); its number of characters."""
+    """Read every text of `corpus` by its id, as examples are built (touching every page of an opened one's texts
+    file, ids and their index); its number of characters."""
     return sum(len(corpus[identifier]) for identifier in corpus)
 
 
 def mapped_corpus_memory(corpus, folder: Path, before: dict) -> dict:
-    """This process's memory once it has read every text of the mapped corpus, then a second process's, which maps
-    and reads the same corpus while this one still holds it; each above its own memory before it loaded the
-    corpus."""
+    """This process's memory once it has read every text of the corpus opened from the cache, then a second
+    process's, which opens and reads the same corpus while this one still holds it; each above its own memory before
+    it loaded the corpus."""
     characters = read_every_text(corpus)
     first = memory_breakdown(before)
     second = subprocess.run(
@@ -149,8 +149,8 @@ def mapped_corpus_memory(corpus, folder: Path, before: dict) -> dict:
 
 
 def memory_breakdown(since: dict | None = None) -> dict:
-    """Resident memory now (Linux), in MB: anonymous, file-backed (the mapped corpus), and the proportional set size,
-    which counts a page shared by k processes as 1/k; each less its value in `since`, if given."""
+    """Resident memory now (Linux), in MB: anonymous, file-backed (the corpus' mapped ids), and the proportional set
+    size, which counts a page shared by k processes as 1/k; each less its value in `since`, if given."""
     status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
     rollup = dict(line.split(":", 1) for line in Path("/proc/self/smaps_rollup").read_text().splitlines()[1:])
     megabytes = lambda value: int(value.split()[0]) / 1024  # noqa: E731 (kB figures)
@@ -172,9 +172,11 @@ def bm25_phase(phase: str, collection) -> dict:
         if phase == "bm25_teacher_10x_queries":
             queries = [f"{query} {number}" for number in range(10) for query in queries]
         pair_queries = [query for query in queries for _ in range(PAIRS_PER_QUERY)]
-        # the pairs' texts alone: a list of every text, as this phase made first, held 0.7 GB at 1M passages
+        # each drawn document's text read once, as a round's teacher scores are given them; a list of every text, as
+        # this phase made first, held 0.7 GB at 1M passages
         rows = rng.integers(0, len(collection.corpus), size=len(pair_queries)).tolist()
-        pair_documents = [collection.corpus.text_at(row) for row in rows]
+        texts = {row: collection.corpus.text_at(row) for row in sorted(set(rows))}
+        pair_documents = [texts[row] for row in rows]
         tracemalloc.start()  # what scoring itself holds, beyond the pairs it is given
         start = time.perf_counter()
         teacher.score(pair_queries, pair_documents)
@@ -321,7 +323,7 @@ def report(results: dict, sizes: list[int]) -> str:
 
 
 def sharing_lines(results: dict, sizes: list[int]) -> list[str]:
-    """Per size, the memory of two processes reading the same mapped corpus."""
+    """Per size, the memory of two processes reading the same corpus opened from the cache."""
     lines = []
     for size in sizes:
         result = results.get(f"corpus_mapped@{size}")
@@ -329,8 +331,8 @@ def sharing_lines(results: dict, sizes: list[int]) -> list[str]:
             cells = [f"{which.replace('_', ' ')}: anonymous {memory['anonymous_mb']:.0f} MB, file-backed "
                      f"{memory['file_mb']:.0f} MB, Pss {memory['pss_mb']:.0f} MB"
                      for which, memory in ((key, result[key]) for key in ("first_process", "second_process"))]
-            lines.append(f"- N={size:,}, every text read from the mapped corpus, above each process's memory before it "
-                         "loaded the corpus: " + "; ".join(cells))
+            lines.append(f"- N={size:,}, every text read by its id from the opened corpus, above each process's memory "
+                         "before it loaded the corpus: " + "; ".join(cells))
     return lines
 
 

@@ -22,7 +22,9 @@ def scored_pairs(training_set: TrainingSet, examples: list[tuple[str, str, list[
 def teacher_scores(teacher, training_set: TrainingSet, examples: list[tuple[str, str, list[str]]]) -> np.ndarray:
     """(examples, 1 + negatives) teacher scores of each example's positive then negatives."""
     queries, document_ids = scored_pairs(training_set, examples)
-    documents = [training_set.corpus[doc_id] for doc_id in document_ids]
+    # each document's text read once: a document repeats across examples, and each read makes a new string
+    texts = {doc_id: training_set.corpus[doc_id] for doc_id in dict.fromkeys(document_ids)}
+    documents = [texts[doc_id] for doc_id in document_ids]
     return np.asarray(teacher.score(queries, documents), dtype=np.float32).reshape(len(examples), -1)
 
 

@@ -10,9 +10,11 @@ import json
 import numpy as np
 import pytest
 
-from training.data.collection import load_collection
-from training.finetuning.data import training_set_from_beir, training_set_from_passages, training_set_from_pairs
+from training.data.collection import Collection, load_collection
+from training.data.packed_corpus import PackedCorpus
+from training.finetuning.data import TrainingSet, training_set_from_beir, training_set_from_passages, training_set_from_pairs
 from training.finetuning.examples import examples_dataset
+from training.finetuning.negatives import draw_negatives
 
 DEV_FRACTION = 0.3
 
@@ -80,3 +82,23 @@ def test_training_dataset_columns_hold_each_examples_own_texts_and_teacher_score
         assert row["positive"] == training_set.corpus[positive]
         assert [row["negative_1"], row["negative_2"]] == [training_set.corpus[doc_id] for doc_id in negatives]
         assert row["label"] == expected_scores
+
+
+def test_a_query_short_of_candidates_is_topped_up_with_random_documents_never_its_positives():
+    """Every example gets the same number of negatives: a query whose mined candidates run short draws the rest at
+    random from the corpus (seeded, so a rerun draws the same), never a judged positive and never twice."""
+    corpus = PackedCorpus.from_items((f"d{n}", f"document {n}") for n in range(6))
+    queries = {"q1": "one", "q2": "two"}
+    qrels = {"q1": {"d0": 1, "d1": 1}, "q2": {"d2": 1, "d5": 0}}  # d5: judged not relevant, a fair negative
+    training_set = TrainingSet(queries, corpus, qrels, Collection("dev", corpus, {}, {}), "synthetic", "synthetic")
+    candidates = {"q1": ["d2", "d3", "d4"], "q2": ["d4"]}
+
+    draws = [draw_negatives(candidates, training_set, 3, seed=seed) for seed in range(20)]
+
+    for examples in draws:
+        assert [(query, positive) for query, positive, _ in examples] == [("q1", "d0"), ("q1", "d1"), ("q2", "d2")]
+        assert all(sorted(negatives) == ["d2", "d3", "d4"] for _, _, negatives in examples[:2])  # enough candidates
+        topped_up = examples[2][2]
+        assert len(set(topped_up)) == 3 and "d4" in topped_up and "d2" not in topped_up
+    assert draws[1] == draw_negatives(candidates, training_set, 3, seed=1)
+    assert len({tuple(sorted(examples[2][2])) for examples in draws}) > 1  # the seed draws

@@ -89,7 +89,7 @@ def test_rows_by_text_give_the_last_row_of_each_text(colliding_hashes, monkeypat
 
 
 @pytest.mark.parametrize("colliding_hashes", [False, True])
-def test_a_saved_corpus_opens_mapped_with_every_id_at_its_row(tmp_path, colliding_hashes, monkeypatch):
+def test_a_saved_corpus_opens_with_every_id_at_its_row(tmp_path, colliding_hashes, monkeypatch):
     """Opened from its folder (the corpus cache), a corpus keeps nothing of its own: its ids are read from the map and
     an id's row is found by a saved index of hashes, which must tell apart ids whose hashes collide."""
     if colliding_hashes:

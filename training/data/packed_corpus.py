@@ -108,7 +108,7 @@ class PackedCorpus(Mapping):
     """Document id -> text, read-only, in the order the texts were added. `text_at(row)` and `texts(start, end)`
     read by position, the order the retrievers index in."""
 
-    def __init__(self, ids: Sequence[str], buffer: bytes | bytearray, offsets: np.ndarray, rows=None):
+    def __init__(self, ids: Sequence[str], buffer: "bytes | bytearray | TextsFile", offsets: np.ndarray, rows=None):
         if len(offsets) != len(ids) + 1:
             raise ValueError(f"{len(ids)} ids need {len(ids) + 1} offsets, not {len(offsets)}")
         self._ids = ids

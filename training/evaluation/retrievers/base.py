@@ -53,7 +53,7 @@ class Retriever:
         if fingerprint == self.corpus_fingerprint:
             return
         start = time.perf_counter()
-        if isinstance(corpus, PackedCorpus):  # its ids and their index, shared: mapped where the corpus is
+        if isinstance(corpus, PackedCorpus):  # its own ids and index: mapped, not copied, for one opened from the cache
             self.document_ids, self._document_rows = corpus.ids, corpus.rows
         else:
             self.document_ids, self._document_rows = list(corpus), None

@@ -306,7 +306,11 @@ class RecipeArguments:
     )
     mining_nprobe: int = field(
         default=DEFAULT_NPROBE,
-        metadata={"help": "With --mining_index ivf: lists searched a query (more: slower, closer to exact)."},
+        metadata={
+            "help": "With --mining_index ivf: lists searched a query (more: slower, closer to exact). At 1M passages "
+            "the default found 0.94 of exact search's top 100 at a quarter of its time, 512 found 0.99 at 3x the "
+            "default's time; raise it for larger corpora."
+        },
     )
     mining_rounds: int | None = field(
         default=None,

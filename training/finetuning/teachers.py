@@ -72,9 +72,9 @@ class SparseTeacher:
 
 class BM25Teacher:
     """BM25 over the training corpus: lexical matching, a teacher that costs nothing to run. Its index is built when
-    it first scores, so under `accelerate launch` only the process that scores (the main one) holds it: about 17 GB at
-    its peak while it builds at MS MARCO's 8.8M passages, the corpus included, scaling the scale benchmark's 1M
-    figure; every process used to build its own."""
+    it first scores, so under `accelerate launch` only the process that scores (the main one) holds it: about 10 GB at
+    its peak while it builds at MS MARCO's 8.8M passages, scaling the scale benchmark's 1M figure (the corpus, opened
+    from the cache, is not counted in it); every process used to build its own."""
 
     name = BM25_TEACHER
 

@@ -254,11 +254,11 @@ def stand_in_vectors(folder: Path, encoder: str, cache_dir: Path, length: int) -
     from training.common.models import load_sentence_transformer
     from training.data.collection import load_collection
     from training.evaluation.embedding_cache import model_cache_file, save_embeddings, weights_fingerprint
-    from training.evaluation.retrievers.base import corpus_fingerprint
+    from training.data.fingerprint import corpus_fingerprints
 
     model = load_sentence_transformer(encoder, max_seq_length=length)
     corpus = load_collection(str(folder), "test").corpus  # as the phase reads it: its fingerprint keys the cache
-    path = model_cache_file(str(cache_dir), weights_fingerprint(model), model, corpus_fingerprint(corpus))
+    path = model_cache_file(str(cache_dir), weights_fingerprint(model), model, corpus_fingerprints(corpus).texts)
     if path.is_file():
         return
     rng = np.random.default_rng(0)

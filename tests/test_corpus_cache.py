@@ -17,8 +17,8 @@ from training.common.errors import InputError
 from training.data import collection as collection_module
 from training.data.collection import load_corpus
 from training.data.corpus_cache import CACHE_VARIABLE, corpus_cache_dir
+from training.data.fingerprint import corpus_fingerprints
 from training.data.packed_corpus import PackedCorpus, TextsFile
-from training.evaluation.retrievers.base import corpus_fingerprint
 
 QUERIES = [{"_id": "q1", "text": "first"}]
 
@@ -130,14 +130,11 @@ def test_processes_starting_together_read_the_file_once_and_map_the_same_corpus(
     on the entry's lock, then maps it."""
     documents = {f"d{number}": f"passage {number} about topic {number % 97}" for number in range(150_000)}
     folder = written(tmp_path / "beir", documents)
-    program = (  # the fingerprint's formula written out: importing the retrievers takes seconds
-        "import hashlib, logging, sys; logging.basicConfig(level=logging.INFO, stream=sys.stdout)\n"
+    program = (
+        "import logging, sys; logging.basicConfig(level=logging.INFO, stream=sys.stdout)\n"
         "from training.data.collection import load_corpus\n"
-        f"corpus = load_corpus({str(folder)!r})\n"
-        "digest = hashlib.sha256()\n"
-        "for document_id, text in corpus.items():\n"
-        "    digest.update(f'{document_id}\\0{text}\\0'.encode())\n"
-        "print('fingerprint', digest.hexdigest())\n"
+        "from training.data.fingerprint import corpus_fingerprints\n"
+        f"print('fingerprint', corpus_fingerprints(load_corpus({str(folder)!r})).identity)\n"
     )
     environment = subprocess_env(**{CACHE_VARIABLE: str(cache)})
     processes = [
@@ -150,5 +147,5 @@ def test_processes_starting_together_read_the_file_once_and_map_the_same_corpus(
     printed = "".join(output for output, _ in outputs)
     assert printed.count("Packed ") == 1, printed
     fingerprints = {line for line in printed.splitlines() if line.startswith("fingerprint")}
-    assert fingerprints == {f"fingerprint {corpus_fingerprint(documents)}"}
+    assert fingerprints == {f"fingerprint {corpus_fingerprints(documents).identity}"}
     assert len(entries(cache)) == 1 and json.loads((cache / entries(cache)[0] / "source.json").read_text())["size"] > 0

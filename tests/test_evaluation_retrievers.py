@@ -24,7 +24,7 @@ from training.data.collection import load_collection
 from training.evaluation.embedding_cache import model_cache_file, save_embeddings
 from training.evaluation.retrievers import BM25Retriever, DenseRetriever, HybridRetriever, SparseRetriever, dense, sparse
 from training.evaluation.retrievers import bm25, bm25_index, faiss_index
-from training.evaluation.retrievers.base import corpus_fingerprint
+from training.data.fingerprint import corpus_fingerprints
 
 TOP_K = 20
 
@@ -335,6 +335,35 @@ def test_embedding_cache_is_keyed_by_tokenizer_pooling_and_length_as_well_as_the
     assert evaluate_with_cache(cased) != []
 
 
+def test_the_same_texts_under_other_ids_share_one_cached_encoding_and_are_searched_under_their_own_ids(
+    dense_model, collection, tmp_path, monkeypatch
+):
+    """A label-free run's `--corpus_file` numbers its passages d0, d1, ... in file order; the BEIR folder it came from
+    names them otherwise. The encoding of the rows depends on their texts alone, so both read one cache entry."""
+    renamed = {f"d{row}": text for row, text in enumerate(collection.corpus.values())}
+    reordered = dict(reversed(list(renamed.items())))
+    query = {"q": next(iter(collection.corpus.values()))}
+
+    encoded = counting_encode_document(dense_model, monkeypatch)
+
+    def indexed(corpus) -> tuple[DenseRetriever, list[str]]:
+        already = len(encoded)
+        retriever = DenseRetriever(dense_model, "tiny", cache_dir=str(tmp_path), cache_key="weights-1", show_progress_bar=False)
+        retriever.index(corpus)
+        return retriever, encoded[already:]
+
+    original, encoded_first = indexed(collection.corpus)
+    numbered, encoded_again = indexed(renamed)
+    _, encoded_reordered = indexed(reordered)
+
+    assert len(encoded_first) == len(collection.corpus) and encoded_again == [] and numbered.corpus_from_cache
+    assert encoded_reordered == list(reordered.values())  # other rows: encoded afresh
+    first_ids = {f"d{row}": document_id for row, document_id in enumerate(collection.corpus)}
+    found, found_numbered = original.search(query, TOP_K)["q"], numbered.search(query, TOP_K)["q"]
+    assert set(found_numbered) <= set(renamed)
+    assert {first_ids[document_id]: score for document_id, score in found_numbered.items()} == pytest.approx(found)
+
+
 def test_a_cached_corpus_is_searched_from_the_file_a_block_at_a_time(dense_model, tmp_path, monkeypatch):
     """At MS MARCO size the matrix alone is 13.5 GB (384 dimensions): the cached file is memory-mapped and exact
     search on the CPU reads it a block at a time, so that neither indexing nor searching holds a second whole copy of
@@ -342,7 +371,7 @@ def test_a_cached_corpus_is_searched_from_the_file_a_block_at_a_time(dense_model
     corpus = {f"d{number}": f"passage number {number}" for number in range(20_000)}
     embeddings = np.random.default_rng(0).standard_normal((len(corpus), dense_model.get_embedding_dimension()))
     embeddings = embeddings.astype(np.float32)
-    save_embeddings(model_cache_file(str(tmp_path), "weights-1", dense_model, corpus_fingerprint(corpus)), embeddings)
+    save_embeddings(model_cache_file(str(tmp_path), "weights-1", dense_model, corpus_fingerprints(corpus).texts), embeddings)
     monkeypatch.setattr(faiss_index, "BLOCK_BYTES", 1000 * 4 * embeddings.shape[1])
     retriever = DenseRetriever(dense_model, "tiny", cache_dir=str(tmp_path), cache_key="weights-1", show_progress_bar=False)
 

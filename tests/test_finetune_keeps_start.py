@@ -15,6 +15,7 @@ import logging
 import pytest
 import torch
 
+from evaluation_helpers import cut_scifact
 from finetune_helpers import PROBE_TEXTS, TINY_FINETUNE, finetune, round_dir
 from pretrain_helpers import weights
 from training.common.models import load_sentence_transformer
@@ -48,11 +49,18 @@ class CapturedWarnings(logging.Handler):
 
 
 @pytest.fixture(scope="module")
-def wrecked_run(minilm_dir, scifact_slice, tmp_path_factory):
+def train_slice(shared_data_dir, tmp_path_factory):
+    """SciFact's first 30 training queries, the documents they judge and 20 others (55 in all): every dev evaluation
+    encodes the corpus at all-MiniLM-L6-v2's 256 tokens, the length the start is judged and published at."""
+    return cut_scifact(shared_data_dir / "scifact", tmp_path_factory.mktemp("train-slice"), {"train": 30}, other_documents=20)
+
+
+@pytest.fixture(scope="module")
+def wrecked_run(minilm_dir, train_slice, tmp_path_factory):
     out = tmp_path_factory.mktemp("wrecked") / "st"
     with CapturedWarnings() as lines:
         assert finetune([
-            "--model_name_or_path", minilm_dir, "--data_dir", scifact_slice, "--output_dir", out, *TINY_FINETUNE,
+            "--model_name_or_path", minilm_dir, "--data_dir", train_slice, "--output_dir", out, *TINY_FINETUNE,
             "--negatives", "bm25", "--mining_rounds", "1", "--dev_fraction", "0.3", "--learning_rate", WRECKING_RATE,
         ]) == 0
     return out, lines
@@ -156,14 +164,14 @@ def test_the_final_model_is_the_best_round_only_where_it_beats_the_start(tmp_pat
 
 
 @pytest.fixture(scope="module")
-def candidate_run(wrecked_run, minilm_dir, scifact_slice, tmp_path_factory):
+def candidate_run(wrecked_run, minilm_dir, train_slice, tmp_path_factory):
     """A two-step recipe gone wrong: the start given is the wrecked round (worse than all-MiniLM-L6-v2 on dev), with
     all-MiniLM-L6-v2, the model it came from, as a candidate start; otherwise the wrecked run's flags."""
     wrecked = round_dir(wrecked_run[0], 1) / "model"
     out = tmp_path_factory.mktemp("candidates") / "st"
     with CapturedWarnings() as lines:
         assert finetune([
-            "--model_name_or_path", wrecked, "--candidate_starts", minilm_dir, "--data_dir", scifact_slice,
+            "--model_name_or_path", wrecked, "--candidate_starts", minilm_dir, "--data_dir", train_slice,
             "--output_dir", out, *TINY_FINETUNE, "--negatives", "bm25", "--mining_rounds", "1", "--dev_fraction", "0.3",
             "--learning_rate", WRECKING_RATE,
         ]) == 0

@@ -12,7 +12,7 @@ from training.common.errors import InputError
 from training.data import packed_corpus
 from training.data.collection import load_corpus
 from training.data.packed_corpus import PackedCorpus, RowsByText, text_chunks
-from training.evaluation.retrievers.base import corpus_fingerprint
+from training.data.fingerprint import corpus_fingerprints
 from training.finetuning.data import training_set_from_passages
 
 QUERIES = [{"_id": "q1", "text": "first"}]
@@ -45,7 +45,7 @@ def test_scifact_reads_as_the_dict_of_its_titles_and_texts_with_the_same_fingerp
     corpus = load_corpus(str(path.parent))
 
     assert list(corpus.items()) == list(as_dict.items())
-    assert corpus_fingerprint(corpus) == corpus_fingerprint(as_dict)
+    assert corpus_fingerprints(corpus) == corpus_fingerprints(as_dict)
 
 
 @pytest.mark.parametrize("kind", [dict, PackedCorpus.from_items])

@@ -64,18 +64,18 @@ def cache_file(cache_dir: str, *parts: object, suffix: str = ".npy") -> Path:
 
 
 def model_cache_file(
-    cache_dir: str | None, cache_key: str | None, model, corpus_fingerprint: str, suffix: str = ".npy"
+    cache_dir: str | None, cache_key: str | None, model, texts_fingerprint: str, suffix: str = ".npy"
 ) -> Path | None:
     """The file for a model's embeddings of a corpus (None without a cache folder or key): keyed by `cache_key`
     (the weights' identity, `weights_fingerprint(model)`), the tokenizer, the model's modules (pooling,
     normalisation, ...), max_seq_length (kept on the tokenizer, outside the modules' configuration), its prompts
-    and the corpus."""
+    and the corpus' texts in order (`corpus_fingerprints(corpus).texts`: the same texts under other ids share it)."""
     if cache_dir is None or cache_key is None:
         return None
     modules = [(type(module).__name__, module.get_config_dict()) for module in model]
     return cache_file(
         cache_dir, cache_key, tokenizer_fingerprint(model.tokenizer), modules, model.max_seq_length, model.prompts,
-        corpus_fingerprint, suffix=suffix,
+        texts_fingerprint, suffix=suffix,
     )
 
 

@@ -1,22 +1,14 @@
 """What every retriever does: index a corpus once, search queries for their top k documents, and time both."""
 
-import hashlib
 import time
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from ...data.fingerprint import corpus_fingerprints
 from ...data.packed_corpus import PackedCorpus
 
 Run = dict[str, dict[str, float]]  # query id -> {document id: score}
-
-
-def corpus_fingerprint(corpus: Mapping[str, str]) -> str:
-    """A hash of the corpus' ids and texts, in order: equal fingerprints mean the same documents in the same rows."""
-    digest = hashlib.sha256()
-    for document_id, text in corpus.items():
-        digest.update(f"{document_id}\0{text}\0".encode())
-    return digest.hexdigest()
 
 
 def run_from_top_k(
@@ -45,19 +37,20 @@ class Retriever:
         self.settings: dict = {}  # how the retriever was configured, for the JSON report
         self.document_ids: Sequence[str] = []  # in index row order
         self._document_rows = None  # id -> row: a packed corpus' own, else made on first use
-        self.corpus_fingerprint: str | None = None
+        self.corpus_fingerprint: str | None = None  # the indexed corpus' identity: its ids and texts
+        self.texts_fingerprint: str | None = None  # its texts' alone, which its encodings are keyed on
         self._seconds = {"encode_seconds": 0.0, "search_seconds": 0.0}
 
     def index(self, corpus: Mapping[str, str]) -> None:
-        fingerprint = corpus_fingerprint(corpus)
-        if fingerprint == self.corpus_fingerprint:
+        fingerprints = corpus_fingerprints(corpus)
+        if fingerprints.identity == self.corpus_fingerprint:
             return
         start = time.perf_counter()
         if isinstance(corpus, PackedCorpus):  # its own ids and index: mapped, not copied, for one opened from the cache
             self.document_ids, self._document_rows = corpus.ids, corpus.rows
         else:
             self.document_ids, self._document_rows = list(corpus), None
-        self.corpus_fingerprint = fingerprint  # subclasses key caches on it
+        self.corpus_fingerprint, self.texts_fingerprint = fingerprints  # subclasses key caches on the texts'
         try:
             self._build_index(corpus)
         except BaseException:

@@ -25,7 +25,7 @@ class DenseRetriever(Retriever):
 
     With `cache_dir` and `cache_key` (the identity of the model's weights, `weights_fingerprint(model)`), corpus
     embeddings are read from and written to `cache_dir`, keyed by that identity, the tokenizer, the model's modules
-    (pooling, max_seq_length, normalisation), its prompts and the corpus' content.
+    (pooling, max_seq_length, normalisation), its prompts and the corpus' texts in order (not their ids).
 
     `index_kind` "ivf" searches an inverted file (`nprobe` lists a query) instead of the whole corpus: for mining at
     large N, where exact search grows with N per query (see `faiss_index.py` and the scale benchmark's recall). The
@@ -89,7 +89,7 @@ class DenseRetriever(Retriever):
 
     def _document_embeddings(self, corpus: Mapping[str, str]) -> np.ndarray:
         suffix = ".npy" if self.embedding_dtype == "float32" else f".{self.embedding_dtype}.npy"
-        self.cache_file = model_cache_file(self.cache_dir, self.cache_key, self.model, self.corpus_fingerprint, suffix)
+        self.cache_file = model_cache_file(self.cache_dir, self.cache_key, self.model, self.texts_fingerprint, suffix)
         embeddings, self.corpus_from_cache = cached_embeddings(
             self.cache_file,
             len(corpus),

@@ -157,7 +157,7 @@ class SparseRetriever(Retriever):
 
     def _build_index(self, corpus: Mapping[str, str]) -> None:
         self.cache_file = model_cache_file(
-            self.cache_dir, self.cache_key, self.model, self.corpus_fingerprint, suffix=".npz"
+            self.cache_dir, self.cache_key, self.model, self.texts_fingerprint, suffix=".npz"
         )
         self.documents, self.corpus_from_cache = cached_embeddings(
             self.cache_file,

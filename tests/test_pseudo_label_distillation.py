@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from sentence_transformers import SentenceTransformer
 
+from evaluation_helpers import cut_scifact
 from finetune_helpers import (
     TINY_FINETUNE, assert_drawn_from_ranks, bm25_scores, finetune, round_dir, round_examples, standardised,
     with_dev_split,
@@ -68,9 +69,12 @@ def own_negatives_run(start_dir, scifact_slice, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def judged_dev_run(start_dir, scifact_slice, tmp_path_factory):
-    """The same run judged on 10 of the slice's real queries (its qrels/dev.tsv) instead of held-out pseudo-queries."""
-    collection = with_dev_split(scifact_slice, tmp_path_factory.mktemp("judged") / "slice", dev_queries=10)
+def judged_dev_run(start_dir, scifact_slice, shared_data_dir, tmp_path_factory):
+    """The same run judged on 10 real SciFact queries (a BEIR folder's qrels/dev.tsv, with its own 30-document corpus:
+    the start and the round encode it at 256 tokens) instead of held-out pseudo-queries."""
+    folder = tmp_path_factory.mktemp("judged")
+    judged = cut_scifact(shared_data_dir / "scifact", folder / "cut", {"train": 10}, other_documents=10)
+    collection = with_dev_split(judged, folder / "scifact-dev", dev_queries=10)
     out = tmp_path_factory.mktemp("judged-dev") / "st"
     return pseudo_label_distillation(start_dir, scifact_slice, out, "bm25", "--dev_data_dir", collection), collection
 

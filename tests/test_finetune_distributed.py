@@ -10,6 +10,7 @@ from pathlib import Path
 
 from sentence_transformers import SentenceTransformer
 
+from evaluation_helpers import cut_scifact
 from finetune_helpers import FINETUNE_SCRIPT, TINY_FINETUNE, finetune, round_dir
 from pretrain_helpers import REPO_ROOT, free_port, subprocess_env
 from training.data.collection import load_collection
@@ -24,8 +25,14 @@ def encoded_texts(output_dir: Path) -> dict[str, list[list[int]]]:
     return json.loads((output_dir / "finetuning" / "timings.json").read_text())["encoded_texts"]
 
 
+@pytest.fixture(scope="module")
+def scifact_cut(shared_data_dir, tmp_path_factory) -> Path:
+    """30 training and 10 test queries of SciFact, every document they judge and 20 others: 54 documents."""
+    return cut_scifact(shared_data_dir / "scifact", tmp_path_factory.mktemp("scifact-cut"), {"train": 30, "test": 10}, 20)
+
+
 @pytest.mark.slow
-def test_two_cpu_processes_share_each_step_and_encoding_and_agree_with_one(tmp_path, scifact_slice, minilm_dir):
+def test_two_cpu_processes_share_each_step_and_encoding_and_agree_with_one(tmp_path, scifact_cut, minilm_dir):
     # all-MiniLM-L6-v2, whose scores spread, so that a ranking is not float noise. Weights trained on one and on two
     # processes differ by float noise that Adam's first step (its gradient's sign, times the learning rate) makes a
     # whole step, and their negatives would differ with them: at a learning rate of 1e-12, below float32's resolution
@@ -35,7 +42,7 @@ def test_two_cpu_processes_share_each_step_and_encoding_and_agree_with_one(tmp_p
     candidate = tmp_path / "candidate"
     candidate.symlink_to(minilm_dir, target_is_directory=True)
     arguments = [
-        "--model_name_or_path", minilm_dir, "--candidate_starts", candidate, "--data_dir", scifact_slice, *TINY_FINETUNE, "--learning_rate", "1e-12",
+        "--model_name_or_path", minilm_dir, "--candidate_starts", candidate, "--data_dir", scifact_cut, *TINY_FINETUNE, "--learning_rate", "1e-12",
         "--max_seq_length", "32", "--published_max_seq_length", "64", "--negatives", "self",
         "--negatives_range_min", "2", "--negatives_range_max", "20", "--max_steps", "2", "--eval_split", "test",
     ]
@@ -66,8 +73,8 @@ def test_two_cpu_processes_share_each_step_and_encoding_and_agree_with_one(tmp_p
     # queries (its corpus, the same weights', read from the cache), in round 2's mining the corpus (the own index at
     # 32 tokens: not in the cache) and the training queries, then the test queries (the corpus read from the cache).
     # One process shares nothing, and counts nothing.
-    training_set = training_set_from_beir(str(scifact_slice), 0.1, None, seed=3)  # --dev_fraction's default
-    test_queries = load_collection(str(scifact_slice), "test").queries
+    training_set = training_set_from_beir(str(scifact_cut), 0.1, None, seed=3)  # --dev_fraction's default
+    test_queries = load_collection(str(scifact_cut), "test").queries
     corpus = len(training_set.corpus)
     shared = encoded_texts(two)
     assert {phase: [sum(shares) for shares in encodings] for phase, encodings in shared.items()} == {

@@ -40,6 +40,7 @@ from training import finetune, pretrain
 from training.data.corpus import check_train_files
 from training.data.collection import Collection, load_collection
 from training.evaluation.evaluate import evaluate_retriever
+from training.evaluation.metrics import per_query_metric
 from training.evaluation.retrievers import BM25Retriever, HybridRetriever
 from training.finetuning.arguments import FinetuningDataArguments
 from training.finetuning.data import titled_passages
@@ -53,6 +54,7 @@ METRICS = ("ndcg@10", "recall@100")
 ZERO_SHOT = "zero-shot"
 ADAPTATION = "adaptation"
 PSEUDO_DEV = "pseudo-dev"
+PER_QUERY = f"per_query_{METRICS[0]}"  # a pseudo-dev step's nDCG@10 of each query, which the keep-or-publish rule resamples
 PRETRAINING_METRICS = ("cls_information", "mlm_loss", "decoder_loss", "anchor_loss")
 # The pseudo-queries of the pseudo-dev every model is scored on: the Inverse Cloze Task's sentences, the most
 # query-like of the kinds a corpus alone gives.
@@ -241,12 +243,16 @@ class Adaptation:
         ])
         return distillation_metrics(output)
 
-    def evaluate(self, retriever, collection: Collection) -> dict:
+    def evaluate(self, retriever, collection: Collection, per_query: bool = False) -> dict:
         """nDCG@10 and Recall@100 on `collection`, and, for a model, how alike the corpus' vectors are (the mean cosine
-        of two different documents: a collapsing encoder drives it towards 1)."""
+        of two different documents: a collapsing encoder drives it towards 1); with `per_query`, each query's nDCG@10
+        too, which the keep-or-publish decision resamples as fine-tuning's guard does."""
         result = evaluate_retriever(retriever, collection, metrics=METRICS)
         vectors = getattr(retriever, "corpus_vectors", None)
-        return {**result.metrics, "mean_pairwise_cosine": None if vectors is None else mean_pairwise_cosine(vectors())}
+        found = {**result.metrics, "mean_pairwise_cosine": None if vectors is None else mean_pairwise_cosine(vectors())}
+        if per_query:
+            found[PER_QUERY] = per_query_metric(collection.qrels, result.run, METRICS[0])
+        return found
 
     def retriever(self, arm: AdaptationArm, seed: int, label: str, max_seq_length: int | None = None):
         """The arm's trained model as a dense retriever at `max_seq_length` (default: the length the start is used
@@ -268,6 +274,7 @@ class Adaptation:
         key = self.key(arm, seed, PSEUDO_DEV)
         return self.store.get_or_run(key, lambda: self.evaluate(
             self.retriever(arm, seed, key, max_seq_length=self.start_length), self.pseudo_dev_collection(seed),
+            per_query=True,
         ))
 
     def pseudo_dev_collection(self, seed: int) -> Collection:

@@ -11,6 +11,7 @@ from benchmarks.adaptation_arms import (
 )
 from benchmarks.harness import markdown_table, mean_and_std, mean_std
 from benchmarks.proxy_agreement import NEVER_LOSES_MARGIN, PUBLISHED, never_loses, proxy_agreement
+from training.finetuning.starts import DEV_CONFIDENCE
 
 SHORT_NAMES = {
     "rrf": "RRF of BM25 and the start", "mlm": "MLM only", "tsdae": "TSDAE", "strong-decoder": "strong decoder",
@@ -190,7 +191,9 @@ def section(title: str, results: dict, few_shot: tuple[int, ...], agreement: boo
     )
     markdown = (
         f"## {title}\n\n{table}\n\nClaims, as per-seed differences:\n\n{claim_table}\n\nWhat the recipe publishes "
-        f"(the trained model where its pseudo-dev nDCG@10 beats the start's, else the start), against the start:\n\n"
+        f"(the trained model where its pseudo-dev nDCG@10 beats the start's beyond noise, the whole {DEV_CONFIDENCE:.0%} paired bootstrap "
+        f"interval of the gain above zero as fine-tuning's guard decides, else the start; by the means for steps "
+        f"evaluated before per-query scores were kept), against the start:\n\n"
         f"{guard_table}"
     )
     found_agreement = None

@@ -35,7 +35,7 @@ class ResultStore:
     def get_or_run(self, key: str, step: Callable[[], dict]) -> dict | None:
         """The stored result of `key`, or run `step` (printing its progress and wall time) and store what it returns."""
         if key in self.results:
-            print(f"[{key}] done earlier: {self.results[key]}", flush=True)
+            print(f"[{key}] done earlier: {printable(self.results[key])}", flush=True)
             return self.results[key]
         if self.read_only:
             return None
@@ -47,8 +47,13 @@ class ResultStore:
         temporary = self.path.with_name(self.path.name + ".tmp")
         temporary.write_text(json.dumps(self.results, indent=2))
         temporary.replace(self.path)
-        print(f"[{key}] {result}", flush=True)
+        print(f"[{key}] {printable(result)}", flush=True)
         return result
+
+
+def printable(result: dict) -> dict:
+    """A step's figures for its log line: a per-query table (hundreds of entries) is kept in the store, not printed."""
+    return {name: value for name, value in result.items() if not isinstance(value, dict)}
 
 
 def run_script(main: Callable[[list[str]], int], argv: list) -> None:

@@ -11,12 +11,15 @@ import statistics
 
 from scipy.stats import kendalltau
 
-from benchmarks.adaptation import ADAPTATION, PSEUDO_DEV, ZERO_SHOT
+from benchmarks.adaptation import ADAPTATION, PER_QUERY, PSEUDO_DEV, ZERO_SHOT
 from benchmarks.adaptation_arms import BY_KEY, START
 from benchmarks.harness import markdown_table
+from training.finetuning.starts import gain_interval
 
 PUBLISHED = "published"
 METRIC = "ndcg@10"
+BOOTSTRAP_RULE = "paired bootstrap"  # fine-tuning's own guard: the whole interval of the gain above zero
+MEANS_RULE = "means"  # for steps evaluated before their per-query scores were kept
 # The issue's bound: a published model may score at most this much below the start on the evaluation split.
 NEVER_LOSES_MARGIN = 0.005
 
@@ -31,9 +34,20 @@ def output_steps(results: dict, key: str, seed) -> dict:
     return steps
 
 
+def beats_start(output_dev: dict, start_dev: dict) -> tuple[bool, str]:
+    """Whether a model's pseudo-dev beats the start's (the same seed's pseudo-dev), and by which rule: as fine-tuning
+    decides to publish a round (`training/finetuning/starts.py`), the paired bootstrap interval of the per-query gain
+    wholly above zero; where a work folder's steps hold no per-query scores, the means (a tie keeps the start)."""
+    paired = PER_QUERY in output_dev and PER_QUERY in start_dev
+    if paired and output_dev[PER_QUERY].keys() == start_dev[PER_QUERY].keys():
+        low, _ = gain_interval(output_dev[PER_QUERY], start_dev[PER_QUERY])
+        return low > 0, BOOTSTRAP_RULE
+    return output_dev[METRIC] > start_dev[METRIC], MEANS_RULE
+
+
 def with_published(results: dict) -> dict:
-    """`results` with a `published` step wherever it can be decided: the arm's output where its pseudo-dev nDCG@10
-    beats the start's (the same seed's pseudo-dev), else the start; `kept_start` says which."""
+    """`results` with a `published` step wherever it can be decided: the arm's output where its pseudo-dev beats the
+    start's (`beats_start`), else the start; `kept_start` says which and `rule` by which rule."""
     published = {key: {seed: dict(steps) for seed, steps in per_seed.items()} for key, per_seed in results.items()}
     for key, per_seed in results.items():
         for seed in per_seed:
@@ -41,10 +55,11 @@ def with_published(results: dict) -> dict:
             output = output_steps(results, key, seed)
             if not all(step in found for found in (start, output) for step in (ZERO_SHOT, PSEUDO_DEV)):
                 continue
-            beats = output[PSEUDO_DEV][METRIC] > start[PSEUDO_DEV][METRIC]
+            beats, rule = beats_start(output[PSEUDO_DEV], start[PSEUDO_DEV])
             chosen = output if beats else start
             published[key][seed][PUBLISHED] = {
                 METRIC: chosen[ZERO_SHOT][METRIC], "recall@100": chosen[ZERO_SHOT].get("recall@100"), "kept_start": not beats,
+                "rule": rule,
             }
     return published
 
@@ -89,8 +104,11 @@ def seed_agreement(results: dict, seed) -> dict | None:
         for (proxy_a, truth_a), (proxy_b, truth_b) in itertools.combinations(scores.values(), 2)
         if proxy_a != proxy_b and truth_a != truth_b
     ]
-    start_proxy, start_truth = scores[START.key]
-    decisions = [(proxy > start_proxy) == (truth > start_truth) for key, (proxy, truth) in scores.items() if key != START.key]
+    start_truth = scores[START.key][1]
+    start_dev = results[START.key][seed][PSEUDO_DEV]
+    decided = {key: beats_start(results[key][seed][PSEUDO_DEV], start_dev) for key in scores if key != START.key}
+    # Right where it publishes exactly the models that beat the start on the evaluation split.
+    decisions = [beats == (scores[key][1] > start_truth) for key, (beats, _) in decided.items()]
     best_by_proxy = max(scores, key=lambda key: scores[key][0])
     best_by_truth = max(scores, key=lambda key: scores[key][1])
     return {
@@ -98,6 +116,7 @@ def seed_agreement(results: dict, seed) -> dict | None:
         "pairs_agreeing": sum(ordered),
         "pairs": len(ordered), "decisions_right": sum(decisions), "decisions": len(decisions),
         "best_by_proxy": best_by_proxy, "best_by_truth": best_by_truth,
+        "decision_rules": sorted({rule for _, rule in decided.values()}),
     }
 
 
@@ -119,6 +138,7 @@ def proxy_agreement(results: dict) -> dict:
     ]
     taus = [item["kendall_tau"] for item in per_seed if item["kendall_tau"] is not None]
     mean_tau = statistics.mean(taus) if taus else None
+    rules = sorted({rule for item in per_seed for rule in item["decision_rules"]})
     table = markdown_table(
         ["seed", "models", "Kendall tau", "pairs of arms in the same order", "keep-or-publish decisions right",
          "best on the pseudo-dev", "best on the evaluation split"],
@@ -127,5 +147,7 @@ def proxy_agreement(results: dict) -> dict:
     markdown = (
         "How well the pseudo-dev (no label) agrees with the evaluation split, over the trained models of each seed "
         f"(nDCG@10):\n\n{table}" + ("" if mean_tau is None else f"\n\nMean Kendall tau over seeds: {mean_tau:+.3f}.")
+        + "\n\nA keep-or-publish decision is right where a model is published exactly when it beats the start on the "
+        f"evaluation split; decided by {' and '.join(rules)} (the pseudo-dev against the start's)."
     )
     return {"per_seed": per_seed, "mean_kendall_tau": mean_tau, "markdown": markdown}

@@ -185,6 +185,8 @@ def test_the_pseudo_dev_is_the_held_out_split_of_the_sentences_run(adaptation_ru
     # Same queries, same corpus, same models at the same length: the benchmark's pseudo-dev scores are the run's own.
     assert run["own_pseudo_dev_start"] == pytest.approx(steps["pubmedqa/start/seed-1/pseudo-dev"]["ndcg@10"])
     assert run["own_pseudo_dev_round"] == pytest.approx(steps["pubmedqa/pseudo-labels-sentences/seed-1/pseudo-dev"]["ndcg@10"])
+    start_per_query = steps["pubmedqa/start/seed-1/pseudo-dev"]["per_query_ndcg@10"]  # what the guard resamples
+    assert sum(start_per_query.values()) / len(start_per_query) == pytest.approx(run["own_pseudo_dev_start"])
     assert run["kept_start"] or run["own_pseudo_dev_round"] > run["own_pseudo_dev_start"]  # never a round no better
     examples = adaptation_run.work / "pubmedqa" / "pseudo-labels-sentences" / "seed-1" / "adapted" / "finetuning" / "round-1"
     scores = json.loads((examples / "examples.json").read_text())["scores"]
@@ -353,6 +355,8 @@ def test_report_only_prints_every_table_the_work_folder_holds_and_runs_nothing(a
     assert [row["key"] for row in reported["arms"]] == ["start", "rrf", *ADAPTING_ARMS]
     assert few_shot == {key: int(key in ("start", "seed", "seed-then-pseudo-labels")) for key in few_shot}
     assert reported["proxy_agreement"]["per_seed"][0]["models"] == len(few_shot)
+    # Every pseudo-dev step keeps its queries' nDCG@10, so what is published is decided as fine-tuning's guard does.
+    assert reported["proxy_agreement"]["per_seed"][0]["decision_rules"] == ["paired bootstrap"]
 
 
 def test_a_changed_budget_is_refused_in_its_work_folder_and_changes_nothing(adaptation_run):

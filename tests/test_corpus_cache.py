@@ -89,6 +89,23 @@ def test_a_changed_file_is_read_again(tmp_path, cache, reads):
     assert dict(corpus) == {"a": "new text", "b": "kept", "c": "added"}
 
 
+def test_a_packing_killed_half_way_leaves_nothing_once_the_corpus_is_packed_again(tmp_path, cache):
+    """A packing killed before its entry was moved into place leaves its staging folder (the corpus' whole texts);
+    the next packing of that entry, which holds its lock, removes it."""
+    folder = written(tmp_path / "beir", {"a": "old text"})
+    load_corpus(str(folder))
+    (entry,) = entries(cache)
+    killed = cache / f"{entry}.writing-4242"
+    killed.mkdir()
+    (killed / "texts.bin").write_bytes(b"half a corpus")
+    written(tmp_path / "beir", {"a": "new text"})
+    stamp = os.stat(folder / "corpus.jsonl")
+    os.utime(folder / "corpus.jsonl", ns=(stamp.st_atime_ns, stamp.st_mtime_ns + 10**9))  # past timestamp resolution
+
+    assert dict(load_corpus(str(folder))) == {"a": "new text"}
+    assert entries(cache) == [entry]
+
+
 def test_a_bad_file_is_refused_and_leaves_nothing_cached(tmp_path, cache, reads):
     folder = tmp_path / "beir"
     written(folder, {"a": "one"})

@@ -91,8 +91,10 @@ def _holds(entry: Path, stamp: dict) -> bool:
 def _write(entry: Path, corpus: PackedCorpus, stamp: dict) -> None:
     """The entry written beside its place and moved there whole, so that an interrupted write leaves no entry that
     looks complete."""
+    # Only the holder of the entry's lock writes it, so any other staging folder is a killed packing's leftover.
+    for leftover in entry.parent.glob(f"{entry.name}.writing-*"):
+        shutil.rmtree(leftover, ignore_errors=True)
     staging = entry.with_name(f"{entry.name}.writing-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
     corpus.save(staging)
     (staging / SOURCE_FILE).write_text(json.dumps(stamp))

@@ -54,7 +54,8 @@ METRICS = ("ndcg@10", "recall@100")
 ZERO_SHOT = "zero-shot"
 ADAPTATION = "adaptation"
 PSEUDO_DEV = "pseudo-dev"
-PER_QUERY = f"per_query_{METRICS[0]}"  # a pseudo-dev step's nDCG@10 of each query, which the keep-or-publish rule resamples
+# A pseudo-dev step's nDCG@10 of each query, which the keep-or-publish rule resamples.
+PER_QUERY = f"per_query_{METRICS[0]}"
 PRETRAINING_METRICS = ("cls_information", "mlm_loss", "decoder_loss", "anchor_loss")
 # The pseudo-queries of the pseudo-dev every model is scored on: the Inverse Cloze Task's sentences, the most
 # query-like of the kinds a corpus alone gives.

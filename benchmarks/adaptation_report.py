@@ -191,9 +191,9 @@ def section(title: str, results: dict, few_shot: tuple[int, ...], agreement: boo
     )
     markdown = (
         f"## {title}\n\n{table}\n\nClaims, as per-seed differences:\n\n{claim_table}\n\nWhat the recipe publishes "
-        f"(the trained model where its pseudo-dev nDCG@10 beats the start's beyond noise, the whole {DEV_CONFIDENCE:.0%} paired bootstrap "
-        f"interval of the gain above zero as fine-tuning's guard decides, else the start; by the means for steps "
-        f"evaluated before per-query scores were kept), against the start:\n\n"
+        f"(the trained model where its pseudo-dev nDCG@10 beats the start's beyond noise, the whole "
+        f"{DEV_CONFIDENCE:.0%} paired bootstrap interval of the gain above zero as fine-tuning's guard decides, else "
+        f"the start; by the means for steps evaluated before per-query scores were kept), against the start:\n\n"
         f"{guard_table}"
     )
     found_agreement = None

@@ -355,9 +355,27 @@ def recall_lines(results: dict, sizes: list[int]) -> list[str]:
     return lines
 
 
+def check_work_dir(work: Path, settings: dict) -> None:
+    """Refuse a work folder whose results were measured with other settings (its results are kept by phase and size
+    alone, so they would be reported as this run's), before any work; record the settings in a new one."""
+    path = work / "settings.json"
+    if path.is_file():
+        previous = json.loads(path.read_text())
+        differences = [f"--{name} {previous.get(name)} there, {value} now" for name, value in settings.items()
+                       if previous.get(name) != value]
+        if differences:
+            sys.exit(f"--work_dir {work} holds results measured with other settings ({'; '.join(differences)}). "
+                     "Rerun with the same settings to resume it (--sizes and --phases may change), or choose another "
+                     "--work_dir.")
+    work.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(settings, indent=2))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--work_dir", default="scale-work", help="Where the collections, cache and results go.")
+    parser.add_argument("--work_dir", default="scale-work",
+                        help="Where the collections, cache and results go. It holds the results of one set of "
+                        "--queries, --encoder, --encoded_length, --max_encoded and --data_dir, and refuses others.")
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000], help="Passages a corpus.")
     parser.add_argument("--queries", type=int, default=10_000, help="Queries of every collection.")
     parser.add_argument("--encoder", default=str(REPO_ROOT.parent / "shared" / "models" / "splade-tiny"),
@@ -386,6 +404,10 @@ def main(argv: list[str] | None = None) -> None:
         return
 
     work = Path(args.work_dir)
+    check_work_dir(work, {
+        "queries": args.queries, "encoder": str(Path(args.encoder).resolve()), "encoded_length": args.encoded_length,
+        "max_encoded": args.max_encoded, "data_dir": str(Path(args.data_dir).resolve()),
+    })
     if "dense_search_ivf" in args.phases and "dense_search" not in args.phases:
         for size in args.sizes:
             if not (work / f"collection-{size}" / EXACT_TOP.format(length=args.encoded_length)).is_file():

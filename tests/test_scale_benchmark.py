@@ -1,11 +1,12 @@
 """The scale benchmark's synthetic collections: N distinct passages of real sentences, each query one sentence of the
-passage judged relevant to it, the same for the same seed; and the log-log slope it reports."""
+passage judged relevant to it, the same for the same seed; the log-log slope it reports; and a work folder that holds
+only results measured with one set of settings."""
 
 import json
 
 import pytest
 
-from benchmarks.scale import sentence_pool, slope, write_collection
+from benchmarks.scale import check_work_dir, sentence_pool, slope, write_collection
 from training.data.collection import load_collection
 
 
@@ -40,3 +41,16 @@ def test_slope_is_the_growth_exponent_between_two_sizes():
     assert slope((10, 2.0), (1000, 200.0)) == pytest.approx(1.0)
     assert slope((10, 2.0), (1000, 2.0)) == pytest.approx(0.0)
     assert slope((10, 0.0), (1000, 2.0)) is None
+
+
+def test_a_work_folder_measured_at_another_encoded_length_is_refused_before_any_work(tmp_path):
+    settings = {"queries": 10_000, "encoder": "/models/splade-tiny", "encoded_length": 128, "max_encoded": 100_000}
+    check_work_dir(tmp_path / "work", settings)
+    check_work_dir(tmp_path / "work", settings)  # the same settings resume it
+    (tmp_path / "work" / "scale.json").write_text("{}")
+
+    with pytest.raises(SystemExit) as refused:
+        check_work_dir(tmp_path / "work", {**settings, "encoded_length": 64})
+
+    assert "--encoded_length 128 there, 64 now" in str(refused.value) and "another --work_dir" in str(refused.value)
+    assert json.loads((tmp_path / "work" / "settings.json").read_text()) == settings

@@ -13,7 +13,7 @@ from ...common.errors import InputError
 from ...data.packed_corpus import text_chunks
 from ..embedding_cache import EMBEDDING_DTYPES, cached_embeddings, model_cache_file
 from .base import Retriever, Run, run_from_top_k
-from .faiss_index import DEFAULT_NPROBE, EXACT, INDEX_KINDS, describe, searched_index
+from .faiss_index import DEFAULT_NPROBE, EXACT, INDEX_KINDS, IVF, describe, searched_index, set_nprobe
 
 SEARCH_CHUNK = 1024  # queries per faiss call (one progress step)
 
@@ -116,6 +116,16 @@ class DenseRetriever(Retriever):
         self._index, self._search_index = searched_index(
             self._document_embeddings(corpus), self._vectors, self.index_kind, self.nprobe
         )
+        self.settings["index"] = describe(self._index)
+
+    def search_lists(self, nprobe: int) -> None:
+        """Search the IVF index already built `nprobe` lists a query from now on, without training it again: recall
+        against speed, measured on one index."""
+        if self.index_kind != IVF or self._index is None:
+            raise ValueError(f"{self.name}: search_lists changes an IVF index once built (index_kind='ivf', then index())")
+        self.nprobe = nprobe
+        for index in {id(self._index): self._index, id(self._search_index): self._search_index}.values():
+            set_nprobe(index, nprobe)
         self.settings["index"] = describe(self._index)
 
     def _search(self, queries: dict[str, str], top_k: int) -> Run:

@@ -103,6 +103,13 @@ def searched_index(
     return index, on_all_gpus(index)
 
 
+def set_nprobe(index: faiss.Index, nprobe: int) -> None:
+    """Search an IVF index, or its clone on the GPUs (whose shards faiss' CPU parameter space cannot reach), `nprobe`
+    lists a query from now on; its trained lists are kept."""
+    space = faiss.ParameterSpace() if faiss.get_num_gpus() == 0 else faiss.GpuParameterSpace()
+    space.set_index_parameter(index, "nprobe", nprobe)
+
+
 def describe(index) -> str:
     """The index in a report's settings: "exact", or "ivf (nlist 288, nprobe 128)"."""
     if isinstance(index, faiss.IndexIVF):

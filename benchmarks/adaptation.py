@@ -43,8 +43,7 @@ from training.evaluation.evaluate import evaluate_retriever
 from training.evaluation.metrics import per_query_metric
 from training.evaluation.retrievers import BM25Retriever, HybridRetriever
 from training.finetuning.arguments import FinetuningDataArguments
-from training.finetuning.data import titled_passages
-from training.finetuning.pipeline import load_training_set
+from training.finetuning.data import load_training_set, titled_passages
 from training.finetuning.pseudo_queries import SENTENCES, TITLES
 from training.finetuning.run_folder import FinetuningRun
 from training.pretraining.arguments import WARM_START_DECODER_LR_FACTOR

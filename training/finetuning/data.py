@@ -12,11 +12,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..data.corpus import file_format
+from ..data.corpus import embedded_corpus_passages, file_format, load_raw_corpus
 from ..common.errors import InputError
 from ..common.json_lines import json_lines
 from ..data.collection import Collection, load_collection
 from ..data.packed_corpus import PackedCorpus
+from .arguments import FinetuningDataArguments
 from .pseudo_queries import CROPS, LEADS, MIN_CROP_WORDS, SENTENCE_END, SENTENCES, TITLES, describe_kinds, pseudo_pair
 
 logger = logging.getLogger(__name__)
@@ -288,3 +289,44 @@ def _remake_dev(
         )
     training_set.dev = Collection(name=training_set.dev.name, corpus=training_set.corpus, queries=queries, qrels=qrels)
     training_set.description += f" and made {len(queries)} pseudo-queries of another kind: {describe_kinds(kinds)}"
+
+
+def load_training_set(data_args: FinetuningDataArguments, seed: int) -> TrainingSet:
+    """The run's training set from whichever source its flags name, judged on `--dev_data_dir`'s real queries
+    where given (training stays on its own queries)."""
+    training_set = made_training_set(data_args, seed)
+    if data_args.dev_data_dir:
+        training_set = with_judged_dev(training_set, data_args.dev_data_dir, data_args.dev_split, data_args.skip_unknown_ids)
+        logger.info(
+            "The start and the rounds are judged on %d real queries of %s (qrels/%s.tsv), not on held-out training "
+            "queries.", len(training_set.dev.queries), data_args.dev_data_dir, data_args.dev_split,
+        )
+    return training_set
+
+
+def made_training_set(data_args: FinetuningDataArguments, seed: int) -> TrainingSet:
+    """A BEIR folder's train split, a pairs file, or pseudo-queries made of a corpus file's passages (without any of
+    them, of CPython's bundled documentation: the no-argument run)."""
+    if data_args.data_dir:
+        return training_set_from_beir(
+            data_args.data_dir, data_args.dev_fraction, data_args.max_train_queries, seed, data_args.skip_unknown_ids
+        )
+    if data_args.train_file:
+        return training_set_from_pairs(data_args.train_file, data_args.dev_fraction, data_args.max_train_queries, seed)
+    titles = None
+    if data_args.corpus_file:
+        if TITLES in data_args.pseudo_queries + (data_args.dev_pseudo_queries or []):
+            passages, titles = titled_passages(data_args.corpus_file, data_args.text_column, data_args.title_column)
+        else:
+            corpus = load_raw_corpus(data_args.corpus_file, None, data_args.text_column, argument="--corpus_file")
+            passages = corpus[data_args.text_column]
+        name = ", ".join(Path(file).name for file in data_args.corpus_file)
+        description = ", ".join(f"`{Path(file).name}`" for file in data_args.corpus_file)
+    else:
+        passages = embedded_corpus_passages()
+        name = "CPython documentation (pydoc_data)"
+        description = "CPython's bundled reference documentation (`pydoc_data.topics`)"
+    return training_set_from_passages(
+        passages, data_args.dev_fraction, data_args.max_train_queries, seed, name, description,
+        tuple(data_args.pseudo_queries), titles, tuple(data_args.dev_pseudo_queries or ()),
+    )

@@ -100,6 +100,33 @@ def published_length(model_args: FinetuningModelArguments, served: int | None, t
     return model_args.published_max_seq_length or served or training
 
 
+SERVED_KINDS = ("sentence-transformer", "sparse-encoder")  # folders that say the length they are served at
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """The longest input in tokens while training, and of the published model and every dev evaluation."""
+
+    training: int
+    published: int
+
+
+def served_and_trained_lengths(model_args, start) -> Lengths:
+    """The run's training and published lengths, from the flags and the `start` as loaded, at its own length."""
+    training = training_length(model_args, start.max_seq_length)
+    served = start.max_seq_length if model_kind(model_args.model_name_or_path) in SERVED_KINDS else None
+    return Lengths(training, published_length(model_args, served, training))
+
+
+def check_published_length(length: int, model) -> None:
+    """Refuse a published length beyond the positions the start's transformer has, before any work."""
+    positions = getattr(model[0].auto_model.config, "max_position_embeddings", None)
+    if positions is not None and length > positions:
+        raise InputError(
+            f"--published_max_seq_length {length}: the start's transformer has {positions} positions; pass at most that."
+        )
+
+
 DENSE = RetrieverFamily(name="SentenceTransformer", sparse=False)
 SPARSE = RetrieverFamily(name="SparseEncoder", sparse=True)
 
@@ -133,3 +160,4 @@ def retriever_family(model_args: FinetuningModelArguments) -> RetrieverFamily:
             "SentenceTransformer such as all-MiniLM-L6-v2 or a bare BertModel has none."
         )
     return SPARSE
+

@@ -27,7 +27,7 @@ import functools
 import json
 import logging
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 from transformers import set_seed
@@ -35,7 +35,6 @@ from transformers import set_seed
 import modeling_seed  # noqa: F401  (registers SEED with the Auto classes in every process)
 from modeling_seed import SeedEncoderConfig
 
-from ..data.corpus import embedded_corpus_passages, load_raw_corpus
 from ..common.distributed import on_main_process
 from ..common.errors import InputError
 from ..common.models import model_kind, transformer_config
@@ -63,21 +62,13 @@ from .arguments import (
     RecipeArguments,
     SeedFinetuningArguments,
 )
-from .data import (
-    TrainingSet,
-    titled_passages,
-    training_set_from_beir,
-    training_set_from_pairs,
-    training_set_from_passages,
-    with_judged_dev,
-)
+from .data import TrainingSet, load_training_set
 from .examples import examples_dataset, own_index_scores
 from .families import (
-    RetrieverFamily, check_dense_only_flags, published_length, retriever_family, training_length,
+    Lengths, RetrieverFamily, check_dense_only_flags, check_published_length, retriever_family, served_and_trained_lengths,
 )
 from .fresh_crops import FreshCrops
 from .model_card import describe_recipe, fill_card_data, write_model_card
-from .pseudo_queries import TITLES
 from .rounds import (
     DEV_METRICS_FILE, SAVING, RoundPlan, evaluated_once, is_kept, prepare_examples, round_plan, train_round,
     write_json_atomically,
@@ -97,44 +88,6 @@ ENCODED_TEXTS = "encoded_texts"  # in TIMINGS_FILE: {phase: one [texts of proces
 START_EVALUATION = "start evaluation"
 MINING = "mining"
 # Folders whose own maximum length is the one their users serve them at (sentence_bert_config.json).
-SERVED_KINDS = ("sentence-transformer", "sparse-encoder")
-
-
-def load_training_set(data_args: FinetuningDataArguments, seed: int) -> TrainingSet:
-    training_set = made_training_set(data_args, seed)
-    if data_args.dev_data_dir:
-        training_set = with_judged_dev(training_set, data_args.dev_data_dir, data_args.dev_split, data_args.skip_unknown_ids)
-        logger.info(
-            "The start and the rounds are judged on %d real queries of %s (qrels/%s.tsv), not on held-out training "
-            "queries.", len(training_set.dev.queries), data_args.dev_data_dir, data_args.dev_split,
-        )
-    return training_set
-
-
-def made_training_set(data_args: FinetuningDataArguments, seed: int) -> TrainingSet:
-    if data_args.data_dir:
-        return training_set_from_beir(
-            data_args.data_dir, data_args.dev_fraction, data_args.max_train_queries, seed, data_args.skip_unknown_ids
-        )
-    if data_args.train_file:
-        return training_set_from_pairs(data_args.train_file, data_args.dev_fraction, data_args.max_train_queries, seed)
-    titles = None
-    if data_args.corpus_file:
-        if TITLES in data_args.pseudo_queries + (data_args.dev_pseudo_queries or []):
-            passages, titles = titled_passages(data_args.corpus_file, data_args.text_column, data_args.title_column)
-        else:
-            corpus = load_raw_corpus(data_args.corpus_file, None, data_args.text_column, argument="--corpus_file")
-            passages = corpus[data_args.text_column]
-        name = ", ".join(Path(file).name for file in data_args.corpus_file)
-        description = ", ".join(f"`{Path(file).name}`" for file in data_args.corpus_file)
-    else:
-        passages = embedded_corpus_passages()
-        name = "CPython documentation (pydoc_data)"
-        description = "CPython's bundled reference documentation (`pydoc_data.topics`)"
-    return training_set_from_passages(
-        passages, data_args.dev_fraction, data_args.max_train_queries, seed, name, description,
-        tuple(data_args.pseudo_queries), titles, tuple(data_args.dev_pseudo_queries or ()),
-    )
 
 
 def check_starting_point(path: str, flag: str = "--model_name_or_path") -> None:
@@ -296,30 +249,6 @@ def run_finetuning(
         if training_args.process_index == 0:
             report_timings(output_dir / STATE_DIR / TIMINGS_FILE, timer, encoded_texts)
     return output_dir
-
-
-@dataclass(frozen=True)
-class Lengths:
-    """The longest input in tokens while training, and of the published model and every dev evaluation."""
-
-    training: int
-    published: int
-
-
-def served_and_trained_lengths(model_args, start) -> Lengths:
-    """The run's training and published lengths, from the flags and the `start` as loaded, at its own length."""
-    training = training_length(model_args, start.max_seq_length)
-    served = start.max_seq_length if model_kind(model_args.model_name_or_path) in SERVED_KINDS else None
-    return Lengths(training, published_length(model_args, served, training))
-
-
-def check_published_length(length: int, model) -> None:
-    """Refuse a published length beyond the positions the start's transformer has, before any work."""
-    positions = getattr(model[0].auto_model.config, "max_position_embeddings", None)
-    if positions is not None and length > positions:
-        raise InputError(
-            f"--published_max_seq_length {length}: the start's transformer has {positions} positions; pass at most that."
-        )
 
 
 def report_timings(path: Path, timer: PhaseTimer, encoded_texts: dict[str, list[list[int]]]) -> None:

@@ -31,7 +31,7 @@ READ_CHUNK = 32_768
 # The files of a saved corpus (`PackedCorpus.save`, `PackedCorpus.open`).
 TEXTS_FILE, OFFSETS_FILE, IDS_FILE, ID_OFFSETS_FILE = "texts.bin", "offsets.npy", "ids.bin", "id_offsets.npy"
 ID_HASHES_FILE, ID_HASH_ROWS_FILE = "id_hashes.npy", "id_hash_rows.npy"
-# Ids decoded at once where every id is read in order.
+# Strings decoded at once where every one is read in order (a saved corpus' ids, iterated).
 ID_CHUNK = 65_536
 
 
@@ -41,8 +41,9 @@ def id_hash(identifier: bytes) -> int:
     return int.from_bytes(hashlib.blake2b(identifier, digest_size=8).digest(), "little", signed=True)
 
 
-class PackedIds(Sequence):
-    """A saved corpus' ids, in row order, from one UTF-8 buffer and its offsets; an id is decoded when it is read."""
+class PackedStrings(Sequence):
+    """Strings in row order, from one UTF-8 buffer (bytes, a memory map, or a `TextsFile`) and their offsets: a
+    corpus' texts, or a saved corpus' ids. A string is decoded when it is read."""
 
     def __init__(self, buffer, offsets: np.ndarray):
         self._buffer = buffer
@@ -56,14 +57,25 @@ class PackedIds(Sequence):
             return [self[each] for each in range(*row.indices(len(self)))]
         row = int(row)
         if not -len(self) <= row < len(self):
-            raise IndexError(f"row {row} of {len(self)} ids")
+            raise IndexError(f"row {row} of {len(self)} strings")
         row %= len(self)
         return self._buffer[int(self._offsets[row]) : int(self._offsets[row + 1])].decode()
 
+    def span(self, start: int = 0, end: int | None = None) -> list[str]:
+        """The strings of rows start to end (excluded), decoded; from a file, their byte range is read in one call."""
+        end = len(self) if end is None else min(end, len(self))
+        offsets = self._offsets[start : end + 1].tolist()
+        if len(offsets) < 2:
+            return []
+        if isinstance(self._buffer, TextsFile):
+            buffer, base = self._buffer[offsets[0] : offsets[-1]], offsets[0]
+        else:  # sliced where it lies: a copy of the whole range would hold it twice
+            buffer, base = self._buffer, 0
+        return [buffer[offsets[i] - base : offsets[i + 1] - base].decode() for i in range(len(offsets) - 1)]
+
     def __iter__(self) -> Iterator[str]:
         for start in range(0, len(self), ID_CHUNK):
-            offsets = self._offsets[start : start + ID_CHUNK + 1].tolist()
-            yield from (self._buffer[offsets[i] : offsets[i + 1]].decode() for i in range(len(offsets) - 1))
+            yield from self.span(start, start + ID_CHUNK)
 
 
 class HashedRows:
@@ -71,7 +83,7 @@ class HashedRows:
     and checked against the ids themselves, so that ids whose hashes collide are told apart. 16 bytes an id, mapped,
     where a dict took about 100 bytes an id on every process (0.5 GB at 1M passages)."""
 
-    def __init__(self, ids: PackedIds, hashes: np.ndarray, rows: np.ndarray):
+    def __init__(self, ids: PackedStrings, hashes: np.ndarray, rows: np.ndarray):
         self._ids, self._hashes, self._rows = ids, hashes, rows
 
     @staticmethod
@@ -118,6 +130,7 @@ class PackedCorpus(Mapping):
             raise ValueError("document ids must be distinct")
         self._buffer = buffer
         self._offsets = offsets
+        self._texts = PackedStrings(buffer, offsets)
         self._folder: Path | None = None  # where the texts are mapped from, for a corpus `open` made
 
     @classmethod
@@ -161,19 +174,11 @@ class PackedCorpus(Mapping):
         return self._rows
 
     def text_at(self, row: int) -> str:
-        return self._buffer[self._offsets[row] : self._offsets[row + 1]].decode()
+        return self._texts[row]
 
     def texts(self, start: int = 0, end: int | None = None) -> list[str]:
         """The texts of rows start to end (excluded), decoded (an opened corpus reads their range in one call)."""
-        end = len(self) if end is None else min(end, len(self))
-        offsets = self._offsets[start : end + 1].tolist()
-        if len(offsets) < 2:
-            return []
-        if isinstance(self._buffer, TextsFile):
-            buffer, base = self._buffer[offsets[0] : offsets[-1]], offsets[0]
-        else:
-            buffer, base = self._buffer, 0
-        return [buffer[offsets[i] - base : offsets[i + 1] - base].decode() for i in range(len(offsets) - 1)]
+        return self._texts.span(start, end)
 
     @property
     def text_bytes(self) -> int:
@@ -201,7 +206,7 @@ class PackedCorpus(Mapping):
         """A corpus `save` wrote, opened in place: its texts are read from their file as they are asked for, its
         ids, offsets and id index memory-mapped; all of it from the operating system's page cache, one copy shared by
         every process that opens the same files."""
-        ids = PackedIds(_mapped_bytes(folder / IDS_FILE), np.load(folder / ID_OFFSETS_FILE, mmap_mode="r"))
+        ids = PackedStrings(_mapped_bytes(folder / IDS_FILE), np.load(folder / ID_OFFSETS_FILE, mmap_mode="r"))
         hashes, hash_rows = (np.load(folder / name, mmap_mode="r") for name in (ID_HASHES_FILE, ID_HASH_ROWS_FILE))
         rows = HashedRows(ids, hashes, hash_rows)
         corpus = cls(ids, TextsFile(folder / TEXTS_FILE), np.load(folder / OFFSETS_FILE, mmap_mode="r"), rows)

@@ -12,8 +12,9 @@ class CorpusFingerprints(NamedTuple):
 
 def corpus_fingerprints(corpus: Mapping[str, str]) -> CorpusFingerprints:
     """Both fingerprints in one read of the corpus (one pass over 8.8M texts takes minutes). The texts' fingerprint
-    keys corpus encodings: the same passages under other ids (a `--corpus_file` numbered in file order, and the BEIR
-    folder it came from) share one encoding, the retriever mapping its rows to its own ids."""
+    keys corpus encodings, which depend on the texts alone: the same passages under other ids (a collection exported
+    again with new ids) share one encoding, each retriever mapping its rows to its own ids. A label-free run's corpus
+    is not its file's passages (a sentence cut from most, crops), so it shares nothing with the file's collection."""
     ids, texts = hashlib.sha256(), hashlib.sha256()
     for document_id, text in corpus.items():
         ids.update(f"{document_id}\0".encode())

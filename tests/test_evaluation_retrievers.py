@@ -338,8 +338,8 @@ def test_embedding_cache_is_keyed_by_tokenizer_pooling_and_length_as_well_as_the
 def test_the_same_texts_under_other_ids_share_one_cached_encoding_and_are_searched_under_their_own_ids(
     dense_model, collection, tmp_path, monkeypatch
 ):
-    """A label-free run's `--corpus_file` numbers its passages d0, d1, ... in file order; the BEIR folder it came from
-    names them otherwise. The encoding of the rows depends on their texts alone, so both read one cache entry."""
+    """A collection exported again with its documents renamed d0, d1, ... in row order: the encoding of the rows
+    depends on their texts alone, so both read one cache entry; the same texts in another order are other rows."""
     renamed = {f"d{row}": text for row, text in enumerate(collection.corpus.values())}
     reordered = dict(reversed(list(renamed.items())))
     query = {"q": next(iter(collection.corpus.values()))}

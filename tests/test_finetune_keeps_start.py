@@ -50,7 +50,7 @@ class CapturedWarnings(logging.Handler):
 
 @pytest.fixture(scope="module")
 def train_slice(shared_data_dir, tmp_path_factory):
-    """SciFact's first 30 training queries, the documents they judge and 20 others (55 in all): every dev evaluation
+    """SciFact's first 30 training queries, the documents they judge and 20 others (48 in all): every dev evaluation
     encodes the corpus at all-MiniLM-L6-v2's 256 tokens, the length the start is judged and published at."""
     return cut_scifact(shared_data_dir / "scifact", tmp_path_factory.mktemp("train-slice"), {"train": 30}, other_documents=20)
 

@@ -70,7 +70,7 @@ def own_negatives_run(start_dir, scifact_slice, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def judged_dev_run(start_dir, scifact_slice, shared_data_dir, tmp_path_factory):
-    """The same run judged on 10 real SciFact queries (a BEIR folder's qrels/dev.tsv, with its own 30-document corpus:
+    """The same run judged on 10 real SciFact queries (a BEIR folder's qrels/dev.tsv, with its own 23-document corpus:
     the start and the round encode it at 256 tokens) instead of held-out pseudo-queries."""
     folder = tmp_path_factory.mktemp("judged")
     judged = cut_scifact(shared_data_dir / "scifact", folder / "cut", {"train": 10}, other_documents=10)

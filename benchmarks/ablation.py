@@ -26,7 +26,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from benchmarks.harness import ResultStore, dense_retriever, precision_flags, run_script, sparse_retriever
+from benchmarks.harness import (
+    ResultStore, changed_settings, dense_retriever, precision_flags, run_script, sparse_retriever,
+)
 from training import finetune, pretrain
 from training.common.errors import InputError
 from training.data.collection import load_collection
@@ -223,8 +225,7 @@ class Ablation:
         """Check the work folder holds steps of this same table (or none) and start its result store."""
         path = self.work / "settings.json"
         if path.is_file():
-            previous = json.loads(path.read_text())
-            differences = [name for name in self.settings if previous.get(name) != self.settings[name]]
+            differences = changed_settings(json.loads(path.read_text()), self.settings)
             if differences:
                 raise InputError(
                     f"--work_dir: {self.work} holds a table made with other settings ({', '.join(differences)} differ). "

@@ -29,7 +29,7 @@ from benchmarks.adaptation import (
 )
 from benchmarks.adaptation_arms import ARMS, BY_KEY, SPARSE_TEACHER_ARM, START
 from benchmarks.adaptation_report import macro_average, section
-from benchmarks.harness import ResultStore, limit_threads
+from benchmarks.harness import ResultStore, changed_settings, limit_threads
 from benchmarks.proxy_agreement import with_published
 from benchmarks.pubmedqa_collection import build_pubmedqa_collection
 from training.common.cli import exit_status
@@ -130,7 +130,8 @@ def open_work_dir(work: Path, settings: dict, read_only: bool = False) -> Result
     path = work / "settings.json"
     if path.is_file():
         previous = json.loads(path.read_text())
-        differences = [name for name in settings if name != "collections" and previous.get(name) != settings[name]]
+        compared = {name: value for name, value in settings.items() if name != "collections"}  # may grow: see below
+        differences = list(changed_settings(previous, compared))
         moved = {
             name: folder for name, folder in settings["collections"].items()
             if previous["collections"].get(name, folder) != folder

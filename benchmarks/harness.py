@@ -51,6 +51,12 @@ class ResultStore:
         return result
 
 
+def changed_settings(recorded: dict, settings: dict) -> dict[str, tuple]:
+    """{name: (recorded, given)} for each of `settings` that differs from what a work folder's settings.json
+    `recorded`: a benchmark refuses to add results measured otherwise to those it holds."""
+    return {name: (recorded.get(name), value) for name, value in settings.items() if recorded.get(name) != value}
+
+
 def printable(result: dict) -> dict:
     """A step's figures for its log line: a per-query table (hundreds of entries) is kept in the store, not printed."""
     return {name: value for name, value in result.items() if not isinstance(value, dict)}

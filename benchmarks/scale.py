@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.harness import ResultStore, limit_threads, markdown_table
+from benchmarks.harness import ResultStore, changed_settings, limit_threads, markdown_table
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
@@ -360,9 +360,8 @@ def check_work_dir(work: Path, settings: dict) -> None:
     alone, so they would be reported as this run's), before any work; record the settings in a new one."""
     path = work / "settings.json"
     if path.is_file():
-        previous = json.loads(path.read_text())
-        differences = [f"--{name} {previous.get(name)} there, {value} now" for name, value in settings.items()
-                       if previous.get(name) != value]
+        differences = [f"--{name} {recorded} there, {given} now"
+                       for name, (recorded, given) in changed_settings(json.loads(path.read_text()), settings).items()]
         if differences:
             sys.exit(f"--work_dir {work} holds results measured with other settings ({'; '.join(differences)}). "
                      "Rerun with the same settings to resume it (--sizes and --phases may change), or choose another "

@@ -124,8 +124,9 @@ class DenseRetriever(Retriever):
         if self.index_kind != IVF or self._index is None:
             raise ValueError(f"{self.name}: search_lists changes an IVF index once built (index_kind='ivf', then index())")
         self.nprobe = nprobe
-        for index in {id(self._index): self._index, id(self._search_index): self._search_index}.values():
-            set_nprobe(index, nprobe)
+        set_nprobe(self._index, nprobe)
+        if self._search_index is not self._index:  # its clone on the GPUs
+            set_nprobe(self._search_index, nprobe)
         self.settings["index"] = describe(self._index)
 
     def _search(self, queries: dict[str, str], top_k: int) -> Run:

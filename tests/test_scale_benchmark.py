@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from benchmarks.scale import check_work_dir, sentence_pool, slope, write_collection
+from benchmarks.scale import check_work_dir, slope
+from benchmarks.synthetic_collection import sentence_pool, write_collection
 from training.data.collection import load_collection
 
 

@@ -19,7 +19,12 @@ resident memory (`ru_maxrss`, less the process's memory once the libraries are i
   the embedding cache (random unit vectors stand in where the corpus was not encoded);
 - `dense_search_ivf`: the same with the approximate index mining may use (`--mining_index ivf`), and its recall@10
   and recall@100 against `dense_search`'s top 100, at the default and at other `nprobe` (searched again on the
-  same index; the phase's time is the build and the default's search).
+  same index; the phase's time is the build and the default's search);
+- `label_free_pairs`: a label-free run's training set made of the corpus file (`--corpus_file corpus.jsonl
+  --pseudo_queries sentences`, seed 1) and written into the corpus cache, its entry removed first (the datasets
+  cache of the file, which the first run of a size writes, is kept); `label_free_pairs_opened`: the same training
+  set opened from the cache, as a rerun or every other process does; each with what the process holds once it has
+  the training set (anonymous and file-backed resident memory, above its memory before).
 
     python -m benchmarks.scale --work_dir scale-work --sizes 10000 100000 1000000 \\
         --encoder ../shared/models/splade-tiny
@@ -51,7 +56,7 @@ PAIRS_PER_QUERY = 8
 ENCODED_LENGTH = 128  # the dense encoder's tokens a text, by default
 PHASES = (
     "corpus", "corpus_mapped", "bm25_index", "bm25_search", "bm25_teacher", "bm25_teacher_10x_queries", "dense_encoding", "dense_search",
-    "dense_search_ivf",
+    "dense_search_ivf", "label_free_pairs", "label_free_pairs_opened",
 )
 OTHER_NPROBES = (32, 512)
 EXACT_TOP = "exact_dense_top-{length}.json"  # dense_search's top 100 per query at a length, in the collection's folder
@@ -65,6 +70,8 @@ def run_phase(phase: str, folder: Path, encoder: str, cache_dir: Path, length: i
     from training.data.collection import load_collection
     from training.data.corpus_cache import cache_entry, corpus_cache_dir
 
+    if phase.startswith("label_free"):
+        return label_free_phase(phase, folder)
     if phase == "corpus":
         shutil.rmtree(cache_entry(folder / "corpus.jsonl", corpus_cache_dir()), ignore_errors=True)
     before = memory_breakdown() if phase == "corpus_mapped" else None
@@ -119,6 +126,24 @@ def memory_breakdown(since: dict | None = None) -> dict:
     now = {"anonymous_mb": megabytes(status["RssAnon"]), "file_mb": megabytes(status["RssFile"]),
            "pss_mb": megabytes(rollup["Pss"])}
     return {key: value - (since or {}).get(key, 0.0) for key, value in now.items()}
+
+
+def label_free_phase(phase: str, folder: Path) -> dict:
+    """A label-free run's training set of sentence pseudo-queries, made and written (`label_free_pairs`) or opened
+    from the corpus cache (`label_free_pairs_opened`)."""
+    from training.data.corpus_cache import corpus_cache_dir
+    from training.finetuning.arguments import FinetuningDataArguments
+    from training.finetuning.data import made_training_set
+
+    if phase == "label_free_pairs":  # the work folder's cache holds this benchmark's entries alone
+        for entry in corpus_cache_dir().glob("pseudo-pairs-*"):
+            shutil.rmtree(entry, ignore_errors=True)
+    arguments = FinetuningDataArguments(corpus_file=[str(folder / "corpus.jsonl")], pseudo_queries=["sentences"])
+    before = memory_breakdown()
+    start = time.perf_counter()
+    training_set = made_training_set(arguments, 1)
+    seconds = time.perf_counter() - start
+    return {"phase_seconds": seconds, "training_queries": len(training_set.queries), "held": memory_breakdown(before)}
 
 
 def bm25_phase(phase: str, collection) -> dict:
@@ -281,7 +306,7 @@ def report(results: dict, sizes: list[int]) -> str:
             slopes.append(f"{small:,}->{large:,}: time {time_slope:.2f}, memory {memory_slope:.2f}")
         rows.append([phase, "; ".join(f"N={size:,}: {cell}" for (size, _), cell in zip(measured, cells)), "; ".join(slopes)])
     table = markdown_table(["phase", "wall time; peak memory above the libraries' own", "log-log slope"], rows)
-    return "\n".join([table, *sharing_lines(results, sizes), *recall_lines(results, sizes)])
+    return "\n".join([table, *sharing_lines(results, sizes), *label_free_lines(results, sizes), *recall_lines(results, sizes)])
 
 
 def sharing_lines(results: dict, sizes: list[int]) -> list[str]:
@@ -295,6 +320,21 @@ def sharing_lines(results: dict, sizes: list[int]) -> list[str]:
                      for which, memory in ((key, result[key]) for key in ("first_process", "second_process"))]
             lines.append(f"- N={size:,}, every text read by its id from the opened corpus, above each process's memory "
                          "before it loaded the corpus: " + "; ".join(cells))
+    return lines
+
+
+def label_free_lines(results: dict, sizes: list[int]) -> list[str]:
+    """Per size, what a process holds once it has the label-free training set, made or opened."""
+    lines = []
+    for size in sizes:
+        cells = [
+            f"{phase}: {result['training_queries']:,} training queries, anonymous {result['held']['anonymous_mb']:.0f} MB, "
+            f"file-backed {result['held']['file_mb']:.0f} MB"
+            for phase in ("label_free_pairs", "label_free_pairs_opened")
+            if (result := results.get(f"{phase}@{size}")) is not None
+        ]
+        if cells:
+            lines.append(f"- N={size:,}, held once the training set is made, above the memory before: " + "; ".join(cells))
     return lines
 
 
@@ -356,6 +396,7 @@ def main(argv: list[str] | None = None) -> None:
     limit_threads()
     if args.phase:  # one phase, in the process `measured_in_a_process` started
         import training.evaluation.retrievers  # noqa: F401  (the libraries' own memory, before the phase's)
+        import training.finetuning.data  # noqa: F401
         import training.finetuning.teachers  # noqa: F401
 
         baseline = resident_mb()

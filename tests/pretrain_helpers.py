@@ -44,6 +44,21 @@ def subprocess_env(**variables: str) -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", **variables}
 
 
+def printed_together(program: str, processes: int = 2, **variables: str) -> str:
+    """What `processes` Python processes running `program` at once printed, all of them, once each has succeeded
+    (the environment plus `variables`)."""
+    started = [
+        subprocess.Popen(
+            [sys.executable, "-c", program], env=subprocess_env(**variables), stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
+        )
+        for _ in range(processes)
+    ]
+    outputs = [process.communicate(timeout=180) for process in started]
+    assert [process.returncode for process in started] == [0] * processes, [error[-2000:] for _, error in outputs]
+    return "".join(output for output, _ in outputs)
+
+
 def script_command(argv: list[str]) -> list[str]:
     return [sys.executable, str(PRETRAIN_SCRIPT), *map(str, argv)]
 

@@ -6,13 +6,11 @@ import json
 import logging
 import os
 import pickle
-import subprocess
-import sys
 
 import pytest
 
 from evaluation_helpers import write_collection
-from pretrain_helpers import subprocess_env
+from pretrain_helpers import printed_together
 from training.common.errors import InputError
 from training.data import collection as collection_module
 from training.data.collection import load_corpus
@@ -153,15 +151,8 @@ def test_processes_starting_together_read_the_file_once_and_map_the_same_corpus(
         "from training.data.fingerprint import corpus_fingerprints\n"
         f"print('fingerprint', corpus_fingerprints(load_corpus({str(folder)!r})).identity)\n"
     )
-    environment = subprocess_env(**{CACHE_VARIABLE: str(cache)})
-    processes = [
-        subprocess.Popen([sys.executable, "-c", program], env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for _ in range(2)
-    ]
-    outputs = [process.communicate(timeout=180) for process in processes]
+    printed = printed_together(program, **{CACHE_VARIABLE: str(cache)})
 
-    assert [process.returncode for process in processes] == [0, 0], [error[-2000:] for _, error in outputs]
-    printed = "".join(output for output, _ in outputs)
     assert printed.count("Packed ") == 1, printed
     fingerprints = {line for line in printed.splitlines() if line.startswith("fingerprint")}
     assert fingerprints == {f"fingerprint {corpus_fingerprints(documents).identity}"}

@@ -12,6 +12,10 @@ The folder is `$SEED_ENCODER_CORPUS_CACHE`, else `$XDG_CACHE_HOME/seed-encoder/c
 variable to `none` to read the file every time. Each source file has one entry, named by its resolved path, which is
 packed again when the file's size or modification time changes (as datasets tells a changed local file); an entry
 takes about the size of its file, and deleting the folder only costs the next read its packing.
+
+A label-free run's training set (the pairs its `--corpus_file` makes: `finetuning/passage_pairs.py`) is kept the
+same way, an entry `pseudo-pairs-*` for each file set, seed and pseudo-query kinds, made again when a file changes:
+about twice the file's size (its pseudo-queries and documents; three times with crops, which keep their passages).
 """
 
 import hashlib
@@ -21,6 +25,7 @@ import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from filelock import FileLock
 
@@ -31,6 +36,7 @@ logger = logging.getLogger(__name__)
 CACHE_VARIABLE = "SEED_ENCODER_CORPUS_CACHE"
 SOURCE_FILE = "source.json"  # what the entry was packed from; written last, so an entry without it is incomplete
 FORMAT = 2  # the entry's layout: a new layout packs every corpus again (2: the ids mapped, with a hashed index)
+T = TypeVar("T")
 
 
 def corpus_cache_dir() -> Path | None:
@@ -61,22 +67,33 @@ def cached_corpus(source: Path, read: Callable[[], PackedCorpus]) -> PackedCorpu
     cache = corpus_cache_dir()
     if cache is None:
         return read()
-    stamp = source_stamp(source)
-    entry = cache_entry(source, cache)
+
+    def write(staging: Path) -> None:
+        # refuses a bad file before anything is written; freed (a local) before its twin is opened: both at once
+        # peaked 67 MB higher at 1M passages
+        corpus = read()
+        corpus.save(staging)
+        logger.info("Packed %s (%d documents) into the corpus cache, which later reads open.", source, len(corpus))
+
+    corpus = cached(cache_entry(source, cache), source_stamp(source), write, PackedCorpus.open)
+    return read() if corpus is None else corpus
+
+
+def cached(entry: Path, stamp: dict, write: Callable[[Path], None], open_entry: Callable[[Path], T]) -> T | None:
+    """`open_entry(entry)`, where `write(folder)` first fills the entry when it does not hold `stamp` (what it was made
+    from), all under the entry's file lock: one process writes, the others wait and open what it wrote. None (and a
+    warning) where the cache cannot be written."""
     try:
-        cache.mkdir(parents=True, exist_ok=True)
+        entry.parent.mkdir(parents=True, exist_ok=True)
         lock = FileLock(f"{entry}.lock")
         lock.acquire()
     except OSError as error:
-        logger.warning("Reading %s without the corpus cache: %s (set %s=none to skip it).", source, error, CACHE_VARIABLE)
-        return read()
+        logger.warning("Working without the corpus cache (%s): %s (set %s=none to skip it).", entry.parent, error, CACHE_VARIABLE)
+        return None
     try:
         if not _holds(entry, stamp):
-            corpus = read()  # refuses a bad file before anything is written
-            _write(entry, corpus, stamp)
-            logger.info("Packed %s (%d documents) into %s, which later reads open.", source, len(corpus), entry)
-            del corpus  # freed before its twin is opened: both at once peaked 67 MB higher at 1M passages
-        return PackedCorpus.open(entry)
+            _write(entry, stamp, write)
+        return open_entry(entry)
     finally:
         lock.release()
 
@@ -88,15 +105,19 @@ def _holds(entry: Path, stamp: dict) -> bool:
         return False
 
 
-def _write(entry: Path, corpus: PackedCorpus, stamp: dict) -> None:
+def _write(entry: Path, stamp: dict, write: Callable[[Path], None]) -> None:
     """The entry written beside its place and moved there whole, so that an interrupted write leaves no entry that
-    looks complete."""
+    looks complete; a write that fails (a bad file refused) leaves nothing."""
     # Only the holder of the entry's lock writes it, so any other staging folder is a killed packing's leftover.
     for leftover in entry.parent.glob(f"{entry.name}.writing-*"):
         shutil.rmtree(leftover, ignore_errors=True)
     staging = entry.with_name(f"{entry.name}.writing-{os.getpid()}")
     staging.mkdir()
-    corpus.save(staging)
+    try:
+        write(staging)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     (staging / SOURCE_FILE).write_text(json.dumps(stamp))
     shutil.rmtree(entry, ignore_errors=True)  # an older packing: processes that opened it keep their open files
     os.replace(staging, entry)

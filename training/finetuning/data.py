@@ -8,50 +8,21 @@ passages of a corpus, each making one pseudo-query (crops, a sentence, a title: 
 import hashlib
 import logging
 import random
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 
-from ..data.corpus import embedded_corpus_passages, file_format, load_raw_corpus
+from ..data.corpus import ColumnTexts, embedded_corpus_passages, file_format, load_raw_corpus
 from ..common.errors import InputError
 from ..common.json_lines import json_lines
 from ..data.collection import Collection, load_collection
-from ..data.packed_corpus import PackedCorpus
 from .arguments import FinetuningDataArguments
-from .pseudo_queries import CROPS, LEADS, MIN_CROP_WORDS, SENTENCE_END, SENTENCES, TITLES, describe_kinds, pseudo_pair
+from .passage_pairs import passage_training_set
+from .pseudo_queries import CROPS, TITLES
+from .training_set import DEV_SPLIT, TrainingSet
 
 logger = logging.getLogger(__name__)
 
-DEV_SPLIT = "dev"
 PAIR_FIELDS = ("query", "positive")
-
-
-@dataclass
-class TrainingSet:
-    """Training queries, the corpus they are judged against, and what was judged.
-
-    qrels holds every judgment of the training queries (relevance 0 = judged not relevant), so
-    mining can exclude every judged positive; `given_negatives` are the negatives a pairs file
-    brought along; `dev` is the collection model selection is measured on. `name` is the data's
-    name on the model card (a folder's or file's name), `description` says what was made of it.
-    """
-
-    queries: dict[str, str]
-    corpus: Mapping[str, str]  # packed when read from a BEIR folder or made of passages; a dict when made of pairs
-    qrels: dict[str, dict[str, int]]
-    dev: Collection
-    name: str
-    description: str
-    given_negatives: dict[str, list[str]] = field(default_factory=dict)
-    # Crop pairs only: the passage each crop query was cropped from (fine-tuning draws fresh crops of it).
-    passages: dict[str, str] = field(default_factory=dict)
-
-    def positives(self, query_id: str) -> list[str]:
-        return [doc_id for doc_id, relevance in self.qrels[query_id].items() if relevance > 0]
-
-    def pairs(self) -> list[tuple[str, str]]:
-        """(query id, positive doc id) for every judged positive: one training example each."""
-        return [(query_id, doc_id) for query_id in self.queries for doc_id in self.positives(query_id)]
 
 
 def _split_off(query_ids: list[str], fraction: float, seed: int) -> tuple[list[str], list[str]]:
@@ -205,90 +176,16 @@ def titled_passages(files: list[str], text_column: str, title_column: str) -> tu
 
 
 def training_set_from_passages(
-    passages: list[str], dev_fraction: float, max_train_queries: int | None, seed: int, name: str, description: str,
-    kinds: tuple[str, ...] = (CROPS,), titles: list[str | None] | None = None, dev_kinds: tuple[str, ...] | None = None,
+    passages: Sequence[str], dev_fraction: float, max_train_queries: int | None, seed: int, name: str, description: str,
+    kinds: tuple[str, ...] = (CROPS,), titles: Sequence[str | None] | None = None, dev_kinds: tuple[str, ...] | None = None,
 ) -> TrainingSet:
     """Unsupervised pairs: each passage (with its title, where `titles` gives one) makes one pseudo-query and the
     document it must find, of a kind among `kinds` (`pseudo_queries.py`); the held-out passages make theirs of a kind
-    among `dev_kinds` when given (default: `kinds`)."""
-    rng = random.Random(seed)
-    queries, corpus, qrels, sources, made = {}, {}, {}, {}, dict.fromkeys(kinds, 0)
-    for index, passage in enumerate(passages):
-        pair = pseudo_pair(passage, titles[index] if titles else None, kinds, rng)
-        if pair is None:
-            continue
-        query_id, doc_id = f"q{index}", f"d{index}"
-        queries[query_id], corpus[doc_id] = pair.query, pair.document
-        qrels[query_id] = {doc_id: 1}
-        made[pair.kind] += 1
-        if pair.kind == CROPS:
-            sources[query_id] = passage
-    if len(queries) < 10:
-        raise InputError(too_few_pseudo_queries(description, len(queries), passages, titles, kinds))
-    whole = Collection(name="train", corpus=corpus, queries=queries, qrels=qrels)
-    counts = ", ".join(f"{count} {kind}" for kind, count in made.items())
-    training_set = _with_held_out_dev(
-        whole, dev_fraction, max_train_queries, seed, name,
-        f"{description}, one pseudo-query a passage ({counts}): {describe_kinds(kinds)}",
+    among `dev_kinds` when given (default: `kinds`). Written to a folder of this process and read from it in place
+    (`passage_pairs.py`)."""
+    return passage_training_set(
+        lambda: (passages, titles), kinds, dev_kinds, dev_fraction, max_train_queries, seed, name, description
     )
-    training_set.passages = {query_id: sources[query_id] for query_id in training_set.queries if query_id in sources}
-    if dev_kinds and set(dev_kinds) != set(kinds):
-        _remake_dev(training_set, passages, titles, dev_kinds, seed, description)
-    # Packed once made (`_remake_dev` writes into it): every process holds it through training.
-    training_set.corpus = training_set.dev.corpus = PackedCorpus.from_items(training_set.corpus.items())
-    return training_set
-
-
-def too_few_pseudo_queries(
-    description: str, made: int, passages: list[str], titles: list[str | None] | None, kinds: tuple[str, ...]
-) -> str:
-    """Why the passages made fewer than 10 pseudo-queries, and what to do: a corpus that is too small only when no
-    kind asked for is impossible for the corpus as a whole (no sentence-ending punctuation, no titles)."""
-    causes = []
-    if {SENTENCES, LEADS} & set(kinds) and not any(SENTENCE_END.search(passage) for passage in passages):
-        causes.append(
-            "no passage has a sentence end (., ! or ? before the next sentence), so none splits into the two "
-            "sentences that sentences and leads need"
-        )
-    if TITLES in kinds and not any(title and title.strip() for title in titles or []):
-        causes.append("no record with a text has a title (--title_column)")
-    what = (
-        f"only {made} passages make a pseudo-query of the kinds asked for ({', '.join(kinds)}: crops need "
-        f"{2 * MIN_CROP_WORDS} words or more, sentences and leads two sentences, titles a title and a text)"
-    )
-    if not causes:
-        return f"{description}: {what}; unsupervised pairs need at least 10. Pass a larger --corpus_file, or other --pseudo_queries."
-    instead = (
-        "a larger --corpus_file" if CROPS in kinds
-        else "--pseudo_queries crops (random spans of a passage, which need neither punctuation nor titles)"
-    )
-    return f"{description}: {what}: {'; '.join(causes)}. Pass {instead}, or a corpus with punctuated text or titles."
-
-
-def _remake_dev(
-    training_set: TrainingSet, passages: list[str], titles: list[str | None] | None, kinds: tuple[str, ...], seed: int,
-    description: str,
-) -> None:
-    """Give the held-out passages pseudo-queries of other `kinds` than training's. A kind the start already finds
-    almost every time (a title's own abstract) cannot tell a round from the start, however much better the round is.
-    The passages stay the held-out ones, never trained on; a passage that allows none of `kinds` leaves the dev split."""
-    rng = random.Random(f"dev-{seed}")
-    queries, qrels = {}, {}
-    for query_id in sorted(training_set.dev.queries, key=lambda query_id: int(query_id.removeprefix("q"))):
-        index = int(query_id.removeprefix("q"))
-        pair = pseudo_pair(passages[index], titles[index] if titles else None, kinds, rng)
-        if pair is None:
-            continue
-        doc_id = f"d{index}"
-        # The corpus is the training set's too: the held-out document becomes this pair's (e.g. its sentence cut out).
-        queries[query_id], training_set.corpus[doc_id], qrels[query_id] = pair.query, pair.document, {doc_id: 1}
-    if not queries:
-        raise InputError(
-            f"{description}: none of the {len(training_set.dev.queries)} held-out passages makes a pseudo-query of "
-            f"--dev_pseudo_queries {' '.join(kinds)}. Pass other kinds, or drop the flag to judge on training's kinds."
-        )
-    training_set.dev = Collection(name=training_set.dev.name, corpus=training_set.corpus, queries=queries, qrels=qrels)
-    training_set.description += f" and made {len(queries)} pseudo-queries of another kind: {describe_kinds(kinds)}"
 
 
 def load_training_set(data_args: FinetuningDataArguments, seed: int) -> TrainingSet:
@@ -313,20 +210,25 @@ def made_training_set(data_args: FinetuningDataArguments, seed: int) -> Training
         )
     if data_args.train_file:
         return training_set_from_pairs(data_args.train_file, data_args.dev_fraction, data_args.max_train_queries, seed)
-    titles = None
-    if data_args.corpus_file:
-        if TITLES in data_args.pseudo_queries + (data_args.dev_pseudo_queries or []):
-            passages, titles = titled_passages(data_args.corpus_file, data_args.text_column, data_args.title_column)
-        else:
-            corpus = load_raw_corpus(data_args.corpus_file, None, data_args.text_column, argument="--corpus_file")
-            passages = corpus[data_args.text_column]
-        name = ", ".join(Path(file).name for file in data_args.corpus_file)
-        description = ", ".join(f"`{Path(file).name}`" for file in data_args.corpus_file)
-    else:
-        passages = embedded_corpus_passages()
-        name = "CPython documentation (pydoc_data)"
-        description = "CPython's bundled reference documentation (`pydoc_data.topics`)"
-    return training_set_from_passages(
-        passages, data_args.dev_fraction, data_args.max_train_queries, seed, name, description,
-        tuple(data_args.pseudo_queries), titles, tuple(data_args.dev_pseudo_queries or ()),
+    kinds, dev_kinds = tuple(data_args.pseudo_queries), tuple(data_args.dev_pseudo_queries or ())
+    if not data_args.corpus_file:
+        return training_set_from_passages(
+            embedded_corpus_passages(), data_args.dev_fraction, data_args.max_train_queries, seed,
+            "CPython documentation (pydoc_data)", "CPython's bundled reference documentation (`pydoc_data.topics`)",
+            kinds, None, dev_kinds,
+        )
+    with_titles = TITLES in kinds + dev_kinds
+
+    def read_passages() -> tuple[Sequence[str], Sequence[str | None] | None]:
+        if with_titles:
+            return titled_passages(data_args.corpus_file, data_args.text_column, data_args.title_column)
+        corpus = load_raw_corpus(data_args.corpus_file, None, data_args.text_column, argument="--corpus_file")
+        return ColumnTexts(corpus, data_args.text_column), None  # the memory-mapped dataset's, read in order
+
+    return passage_training_set(
+        read_passages, kinds, dev_kinds, data_args.dev_fraction, data_args.max_train_queries, seed,
+        ", ".join(Path(file).name for file in data_args.corpus_file),
+        ", ".join(f"`{Path(file).name}`" for file in data_args.corpus_file),
+        corpus_files=data_args.corpus_file,
+        columns=(data_args.text_column, data_args.title_column if with_titles else None),
     )

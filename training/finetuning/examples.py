@@ -8,7 +8,7 @@ KL-divergence both read them in that form).
 import numpy as np
 from datasets import Dataset
 
-from .data import TrainingSet
+from .training_set import TrainingSet
 
 
 def scored_pairs(training_set: TrainingSet, examples: list[tuple[str, str, list[str]]]) -> tuple[list[str], list[str]]:

@@ -14,7 +14,7 @@ import random
 from datasets import Dataset
 from transformers import TrainerCallback
 
-from .data import TrainingSet
+from .training_set import TrainingSet
 from .pseudo_queries import random_crop
 
 PASSAGE_COLUMN, QUERY_ID_COLUMN = "passage", "query_id"  # what the draw reads; the loss never sees them

@@ -15,7 +15,7 @@ from ..common.model_cards import model_card_template, recipe_of_run
 from ..data.collection import Collection
 from ..evaluation.retrievers.faiss_index import IVF
 from .arguments import OWN_SCALE, SIMILARITY_SCALE
-from .data import TrainingSet
+from .training_set import TrainingSet
 from .rounds import RoundPlan
 
 TEMPLATE = "finetuned_retriever.md"

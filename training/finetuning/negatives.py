@@ -9,7 +9,7 @@ model's name, so re-mining after a round of training would silently reuse the ol
 import random
 
 from ..evaluation.retrievers import Retriever
-from .data import TrainingSet
+from .training_set import TrainingSet
 
 
 def mine_negative_candidates(

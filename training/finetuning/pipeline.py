@@ -62,7 +62,8 @@ from .arguments import (
     RecipeArguments,
     SeedFinetuningArguments,
 )
-from .data import TrainingSet, load_training_set
+from .data import load_training_set
+from .training_set import TrainingSet
 from .examples import examples_dataset, own_index_scores
 from .families import (
     Lengths, RetrieverFamily, check_dense_only_flags, check_published_length, retriever_family, served_and_trained_lengths,

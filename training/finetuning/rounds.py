@@ -22,7 +22,7 @@ from ..common.resuming import train_or_restore
 from ..common.serving import add_serving_fields
 from ..common.timing import PhaseTimer
 from ..evaluation.retrievers import BM25Retriever
-from .data import TrainingSet
+from .training_set import TrainingSet
 from .examples import teacher_scores
 from .negatives import draw_negatives, mine_negative_candidates
 

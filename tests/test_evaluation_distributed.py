@@ -30,14 +30,17 @@ def test_two_cpu_processes_encode_half_each_and_report_what_one_process_reports(
         *arguments, "--output_json", tmp_path / "two.json",
     ]
     two = subprocess.run(
-        list(map(str, command)), cwd=REPO_ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=300
+        list(map(str, command)), cwd=REPO_ROOT, env=subprocess_env(PYTHONFAULTHANDLER="1"), capture_output=True,
+        text=True, timeout=300,
     )
     one = subprocess.run(
         list(map(str, [sys.executable, EVALUATE_SCRIPT, *arguments, "--output_json", tmp_path / "one.json"])),
         cwd=REPO_ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=300,
     )
 
-    assert two.returncode == 0, two.stderr[-3000:]
+    # A rank that crashes (once in the suite: rank 0 aborted, SIGABRT, not reproduced in 20 runs since) prints its own
+    # error, with every thread's stack, before the launcher's traceback, which is all the tail holds.
+    assert two.returncode == 0, two.stderr[:5000] + "\n...\n" + two.stderr[-1500:]
     assert one.returncode == 0, one.stderr[-3000:]
     assert "relaunching" in two.stderr
     assert not (REPO_ROOT / "none").exists()  # 'none' is no cache, not a folder named so

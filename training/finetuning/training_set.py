@@ -18,15 +18,16 @@ class TrainingSet:
     name on the model card (a folder's or file's name), `description` says what was made of it.
     """
 
-    queries: dict[str, str]
+    # Made of passages, the queries and their judgments are views of the written pairs (`passage_pairs.py`)
+    queries: Mapping[str, str]
     corpus: Mapping[str, str]  # packed when read from a BEIR folder or made of passages; a dict when made of pairs
-    qrels: dict[str, dict[str, int]]
+    qrels: Mapping[str, dict[str, int]]
     dev: Collection
     name: str
     description: str
     given_negatives: dict[str, list[str]] = field(default_factory=dict)
     # Crop pairs only: the passage each crop query was cropped from (fine-tuning draws fresh crops of it).
-    passages: dict[str, str] = field(default_factory=dict)
+    passages: Mapping[str, str] = field(default_factory=dict)
 
     def positives(self, query_id: str) -> list[str]:
         return [doc_id for doc_id, relevance in self.qrels[query_id].items() if relevance > 0]

@@ -8,7 +8,7 @@ passages of a corpus, each making one pseudo-query (crops, a sentence, a title: 
 import hashlib
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from ..data.corpus import ColumnTexts, embedded_corpus_passages, file_format, load_raw_corpus
@@ -142,37 +142,63 @@ def training_set_from_pairs(path: str, dev_fraction: float, max_train_queries: i
     return training_set
 
 
+class UntitledRecords(Iterable):
+    """(text, None) for each of `texts`, each time they are iterated."""
+
+    def __init__(self, texts: Iterable[str]):
+        self.texts = texts
+
+    def __iter__(self) -> Iterator[tuple[str, None]]:
+        return ((text, None) for text in self.texts)
+
+
+class TitledRecords(Iterable):
+    """The (text, title) of every record of JSON-lines corpus files whose text is not blank (a record without a title
+    has None), read from the files each time they are iterated, so that no list of them is held; a bad record is
+    refused naming its file and line."""
+
+    def __init__(self, files: list[str], text_column: str, title_column: str):
+        self.files, self.text_column, self.title_column = files, text_column, title_column
+        self._warned = False
+        for name in files:
+            if file_format(Path(name), "--corpus_file") != "json":
+                raise InputError(
+                    f"--corpus_file {name}: --pseudo_queries titles reads each record's {title_column!r} field, so "
+                    "the corpus must be JSON lines (.jsonl) like a BEIR corpus.jsonl. Pass such a file, or drop titles."
+                )
+
+    def __iter__(self) -> Iterator[tuple[str, str | None]]:
+        text_column, title_column = self.text_column, self.title_column
+        hint = f'Each line is one JSON object like {{"{title_column}": "...", "{text_column}": "..."}}.'
+        texts = blank = 0
+        for name in self.files:
+            for line_number, record in json_lines(Path(name), (text_column,), hint=hint, argument="--corpus_file"):
+                text, title = record[text_column], record.get(title_column)
+                if not isinstance(text, str) or not (title is None or isinstance(title, str)):
+                    raise InputError(
+                        f"--corpus_file {name}, line {line_number}: {text_column!r} and {title_column!r} must be "
+                        f"texts. {hint}"
+                    )
+                if text.strip():
+                    texts += 1
+                    yield text, title
+                else:
+                    blank += 1
+        if blank and not texts:
+            raise InputError(
+                f"--corpus_file {', '.join(self.files)}: every record's {text_column!r} is empty ({blank} records). A "
+                f"title makes the pseudo-query and the record's text is the document it must find, so records need "
+                f"texts. Pass a corpus whose records have them, or name the field that holds them with --text_column."
+            )
+        if blank and not self._warned:
+            self._warned = True
+            logger.warning("--corpus_file: %d of %d records have an empty %r and are left out.", blank, blank + texts, text_column)
+
+
 def titled_passages(files: list[str], text_column: str, title_column: str) -> tuple[list[str], list[str | None]]:
     """(texts, titles) of JSON-lines corpus files, blank texts left out; a record without a title has None."""
-    texts, titles, blank = [], [], 0
-    for name in files:
-        path = Path(name)
-        if file_format(path, "--corpus_file") != "json":
-            raise InputError(
-                f"--corpus_file {path}: --pseudo_queries titles reads each record's {title_column!r} field, so the "
-                "corpus must be JSON lines (.jsonl) like a BEIR corpus.jsonl. Pass such a file, or drop titles."
-            )
-        hint = f'Each line is one JSON object like {{"{title_column}": "...", "{text_column}": "..."}}.'
-        for line_number, record in json_lines(path, (text_column,), hint=hint, argument="--corpus_file"):
-            text, title = record[text_column], record.get(title_column)
-            if not isinstance(text, str) or not (title is None or isinstance(title, str)):
-                raise InputError(
-                    f"--corpus_file {path}, line {line_number}: {text_column!r} and {title_column!r} must be texts. {hint}"
-                )
-            if text.strip():
-                texts.append(text)
-                titles.append(title)
-            else:
-                blank += 1
-    if blank and not texts:
-        raise InputError(
-            f"--corpus_file {', '.join(files)}: every record's {text_column!r} is empty ({blank} records). A title makes "
-            f"the pseudo-query and the record's text is the document it must find, so records need texts. Pass a "
-            f"corpus whose records have them, or name the field that holds them with --text_column."
-        )
-    if blank:
-        logger.warning("--corpus_file: %d of %d records have an empty %r and are left out.", blank, blank + len(texts), text_column)
-    return texts, titles
+    records = list(TitledRecords(files, text_column, title_column))
+    return [text for text, _ in records], [title for _, title in records]
 
 
 def training_set_from_passages(
@@ -183,8 +209,9 @@ def training_set_from_passages(
     document it must find, of a kind among `kinds` (`pseudo_queries.py`); the held-out passages make theirs of a kind
     among `dev_kinds` when given (default: `kinds`). Written to a folder of this process and read from it in place
     (`passage_pairs.py`)."""
+    records = list(zip(passages, titles if titles is not None else [None] * len(passages)))
     return passage_training_set(
-        lambda: (passages, titles), kinds, dev_kinds, dev_fraction, max_train_queries, seed, name, description
+        lambda: records, kinds, dev_kinds, dev_fraction, max_train_queries, seed, name, description
     )
 
 
@@ -219,14 +246,15 @@ def made_training_set(data_args: FinetuningDataArguments, seed: int) -> Training
         )
     with_titles = TITLES in kinds + dev_kinds
 
-    def read_passages() -> tuple[Sequence[str], Sequence[str | None] | None]:
+    def read_records() -> Iterable[tuple[str, str | None]]:
+        """(passage, title) a record, read from the files each time they are iterated."""
         if with_titles:
-            return titled_passages(data_args.corpus_file, data_args.text_column, data_args.title_column)
+            return TitledRecords(data_args.corpus_file, data_args.text_column, data_args.title_column)
         corpus = load_raw_corpus(data_args.corpus_file, None, data_args.text_column, argument="--corpus_file")
-        return ColumnTexts(corpus, data_args.text_column), None  # the memory-mapped dataset's, read in order
+        return UntitledRecords(ColumnTexts(corpus, data_args.text_column))  # the memory-mapped dataset's, in order
 
     return passage_training_set(
-        read_passages, kinds, dev_kinds, data_args.dev_fraction, data_args.max_train_queries, seed,
+        read_records, kinds, dev_kinds, data_args.dev_fraction, data_args.max_train_queries, seed,
         ", ".join(Path(file).name for file in data_args.corpus_file),
         ", ".join(f"`{Path(file).name}`" for file in data_args.corpus_file),
         corpus_files=data_args.corpus_file,

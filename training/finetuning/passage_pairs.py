@@ -21,7 +21,7 @@ import json
 import random
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -124,19 +124,18 @@ def few_shot_rows(rows: np.ndarray, indices: np.ndarray, max_queries: int | None
 
 
 def passage_training_set(
-    read_passages: Callable[[], tuple[Sequence[str], Sequence[str | None] | None]], kinds: tuple[str, ...],
+    read_records: Callable[[], Iterable[tuple[str, str | None]]], kinds: tuple[str, ...],
     dev_kinds: tuple[str, ...] | None, dev_fraction: float, max_train_queries: int | None, seed: int, name: str,
     description: str, corpus_files: list[str] | None = None, columns: tuple[str, str | None] = ("text", None),
 ) -> TrainingSet:
-    """The training set the passages (and titles) `read_passages()` gives make, each passage one pair of a kind among
-    `kinds`, the held-out ones of `dev_kinds` where given. Made of `corpus_files` (read through `columns`: the text's
-    and the title's, where titles are read), it is an entry of the corpus cache: `read_passages` is called only by the
-    process that writes it."""
+    """The training set the (passage, title) records `read_records()` gives make, each passage one pair of a kind
+    among `kinds`, the held-out ones of `dev_kinds` where given. Made of `corpus_files` (read through `columns`: the
+    text's and the title's, where titles are read), it is an entry of the corpus cache: `read_records` is called only
+    by the process that writes it."""
     dev_kinds = dev_kinds if dev_kinds and set(dev_kinds) != set(kinds) else None
 
     def write(folder: Path) -> None:
-        passages, titles = read_passages()
-        write_passage_pairs(folder, passages, titles, kinds, dev_kinds, dev_fraction, seed, description)
+        write_passage_pairs(folder, read_records(), kinds, dev_kinds, dev_fraction, seed, description)
 
     def open_folder(folder: Path) -> TrainingSet:
         return open_passage_pairs(folder, max_train_queries, seed, name, description)
@@ -160,27 +159,29 @@ def passage_training_set(
 
 
 def write_passage_pairs(
-    folder: Path, passages: Sequence[str], titles: Sequence[str | None] | None, kinds: tuple[str, ...],
-    dev_kinds: tuple[str, ...] | None, dev_fraction: float, seed: int, description: str,
+    folder: Path, records: Iterable[tuple[str, str | None]], kinds: tuple[str, ...], dev_kinds: tuple[str, ...] | None,
+    dev_fraction: float, seed: int, description: str,
 ) -> None:
-    """Make each passage's pair and write them to `folder` (which must exist); the held-out passages' dev pairs are
-    of `dev_kinds` where given. The passages are read in order, twice: first without a draw, to refuse before anything
-    is written a corpus that makes fewer than 10 pairs or no dev pair, and to split off the dev."""
-    makes, makes_dev = np.zeros(len(passages), dtype=bool), np.zeros(len(passages), dtype=bool)
-    for index, passage in enumerate(passages):
-        title = titles[index] if titles else None
-        makes[index] = bool(kinds_for(passage, title, kinds))
-        makes_dev[index] = bool(dev_kinds) and makes[index] and bool(kinds_for(passage, title, dev_kinds))
+    """Make each (passage, title) record's pair and write them to `folder` (which must exist); the held-out passages'
+    dev pairs are of `dev_kinds` where given. The records are read in order, twice (so they must be iterable twice):
+    first without a draw, to refuse before anything is written a corpus that makes fewer than 10 pairs or no dev pair,
+    and to split off the dev."""
+    makes, makes_dev = bytearray(), bytearray()  # a byte a record: bools, known once read
+    for passage, title in records:
+        possible = bool(kinds_for(passage, title, kinds))
+        makes.append(possible)
+        makes_dev.append(bool(dev_kinds) and possible and bool(kinds_for(passage, title, dev_kinds)))
+    makes, makes_dev = (np.frombuffer(flags, dtype=bool) for flags in (makes, makes_dev))
     indices = np.flatnonzero(makes)
     if len(indices) < 10:
-        raise InputError(too_few_pseudo_queries(description, len(indices), passages, titles, kinds))
+        raise InputError(too_few_pseudo_queries(description, len(indices), records, kinds))
     training, held_out = held_out_split(indices, dev_fraction, seed)
     if dev_kinds and not makes_dev[held_out].any():
         raise InputError(
             f"{description}: none of the {len(held_out)} held-out passages makes a pseudo-query of "
             f"--dev_pseudo_queries {' '.join(dev_kinds)}. Pass other kinds, or drop the flag to judge on training's kinds."
         )
-    is_held_out = np.zeros(len(passages), dtype=bool)
+    is_held_out = np.zeros(len(makes), dtype=bool)
     is_held_out[held_out] = True
 
     rng, dev_rng = random.Random(seed), random.Random(f"dev-{seed}")
@@ -191,10 +192,9 @@ def write_passage_pairs(
     queries, documents = PackedCorpusWriter(folders[QUERIES]), PackedCorpusWriter(folders[DOCUMENTS])
     crop_passages = PackedCorpusWriter(folders[CROP_PASSAGES]) if CROPS in kinds else None
     row = 0
-    for index, passage in enumerate(passages):
+    for index, (passage, title) in enumerate(records):
         if not makes[index]:
             continue
-        title = titles[index] if titles else None
         pair = pseudo_pair(passage, title, kinds, rng)
         document = pair.document
         if is_held_out[index] and not dev_kinds:
@@ -256,17 +256,17 @@ def open_passage_pairs(folder: Path, max_train_queries: int | None, seed: int, n
 
 
 def too_few_pseudo_queries(
-    description: str, made: int, passages: Sequence[str], titles: Sequence[str | None] | None, kinds: tuple[str, ...]
+    description: str, made: int, records: Iterable[tuple[str, str | None]], kinds: tuple[str, ...]
 ) -> str:
     """Why the passages made fewer than 10 pseudo-queries, and what to do: a corpus that is too small only when no
     kind asked for is impossible for the corpus as a whole (no sentence-ending punctuation, no titles)."""
     causes = []
-    if {SENTENCES, LEADS} & set(kinds) and not any(SENTENCE_END.search(passage) for passage in passages):
+    if {SENTENCES, LEADS} & set(kinds) and not any(SENTENCE_END.search(passage) for passage, _ in records):
         causes.append(
             "no passage has a sentence end (., ! or ? before the next sentence), so none splits into the two "
             "sentences that sentences and leads need"
         )
-    if TITLES in kinds and not any(title and title.strip() for title in titles or []):
+    if TITLES in kinds and not any(title and title.strip() for _, title in records):
         causes.append("no record with a text has a title (--title_column)")
     what = (
         f"only {made} passages make a pseudo-query of the kinds asked for ({', '.join(kinds)}: crops need "

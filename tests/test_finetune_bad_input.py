@@ -118,13 +118,15 @@ def test_sparse_on_a_checkpoint_without_an_mlm_head_is_refused(capsys, out, scif
     assert "masked-LM head" in error and "SEED pretraining folder" in error
 
 
-def test_an_empty_corpus_file_for_unsupervised_pairs_names_its_flag(capsys, out, tiny_seed_dir, tmp_path):
-    empty = tmp_path / "passages.txt"
-    empty.write_text("")
+@pytest.mark.parametrize("content, says", [("", "the file is empty"), (None, "does not exist")])
+def test_an_empty_or_missing_corpus_file_for_unsupervised_pairs_names_its_flag(capsys, out, tiny_seed_dir, tmp_path, content, says):
+    corpus = tmp_path / "passages.txt"
+    if content is not None:
+        corpus.write_text(content)
 
-    error = refused(capsys, out, ["--model_name_or_path", tiny_seed_dir, "--corpus_file", empty])
+    error = refused(capsys, out, ["--model_name_or_path", tiny_seed_dir, "--corpus_file", corpus])
 
-    assert f"--corpus_file {empty}: the file is empty" in error
+    assert f"--corpus_file {corpus}: {says}" in error
 
 
 def test_a_list_flag_given_twice_is_refused_rather_than_keeping_only_its_last_values(capsys, out, scifact_slice, minilm_dir):

@@ -107,6 +107,17 @@ def check_json_lines_file(
         raise InputError(f"{argument} {path}: every line is blank; expected one JSON object per line.")
 
 
+def existing_file(name: str, argument: str = "--train_file") -> Path:
+    """`name` as a path, refused unless it is a file with something in it."""
+    path = Path(name)
+    if not path.is_file():
+        what = "is a folder; pass a folder saved with Dataset.save_to_disk as --dataset_dir" if path.is_dir() else "does not exist"
+        raise InputError(f"{argument} {path}: {what}.")
+    if path.stat().st_size == 0:
+        raise InputError(f"{argument} {path}: the file is empty (0 bytes).")
+    return path
+
+
 def check_train_files(
     train_files: list[str], text_column: str, streaming: bool = False, argument: str = "--train_file"
 ) -> list[Path]:
@@ -114,12 +125,7 @@ def check_train_files(
     limit = STREAMING_CHECK_BYTES if streaming else None
     paths = []
     for name in train_files:
-        path = Path(name)
-        if not path.is_file():
-            what = "is a folder; pass a folder saved with Dataset.save_to_disk as --dataset_dir" if path.is_dir() else "does not exist"
-            raise InputError(f"{argument} {path}: {what}.")
-        if path.stat().st_size == 0:
-            raise InputError(f"{argument} {path}: the file is empty (0 bytes).")
+        path = existing_file(name, argument)
         kind = file_format(path, argument)
         if kind == "text":
             check_text_file(path, limit, argument)

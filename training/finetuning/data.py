@@ -11,7 +11,7 @@ import random
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from ..data.corpus import ColumnTexts, embedded_corpus_passages, file_format, load_raw_corpus
+from ..data.corpus import ColumnTexts, embedded_corpus_passages, existing_file, file_format, load_raw_corpus
 from ..common.errors import InputError
 from ..common.json_lines import json_lines
 from ..data.collection import Collection, load_collection
@@ -244,6 +244,8 @@ def made_training_set(data_args: FinetuningDataArguments, seed: int) -> Training
             "CPython documentation (pydoc_data)", "CPython's bundled reference documentation (`pydoc_data.topics`)",
             kinds, None, dev_kinds,
         )
+    for file in data_args.corpus_file:  # before the cache looks at them: a cached entry spares reading them
+        existing_file(file, "--corpus_file")
     with_titles = TITLES in kinds + dev_kinds
 
     def read_records() -> Iterable[tuple[str, str | None]]:

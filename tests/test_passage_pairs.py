@@ -151,6 +151,7 @@ def test_a_corpus_that_makes_too_few_pairs_is_refused_before_anything_is_cached(
     assert pair_entries(tmp_path / "cache") == []
 
 
+@pytest.mark.slow  # a run of several processes
 def test_processes_starting_together_make_the_pairs_once_and_open_the_same(tmp_path, shared_data_dir):
     corpus_file = corpus_file_of(tmp_path / "corpus.jsonl", abstracts(shared_data_dir, 5183))
     # passage_pairs alone (0.2 s to import, where the fine-tuning arguments take seconds): the lock and the cache are its

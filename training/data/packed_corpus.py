@@ -90,6 +90,11 @@ class HashedRows:
     def sorted_hashes(ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """The (sorted hashes, their rows) of `ids`, as `HashedRows` and `PackedCorpus.save` keep them."""
         hashes = np.fromiter((id_hash(identifier.encode()) for identifier in ids), dtype=np.int64, count=len(ids))
+        return HashedRows.sorted(hashes)
+
+    @staticmethod
+    def sorted(hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(`hashes` sorted, the row of each) for ids whose hashes `hashes` are, in row order."""
         rows = np.argsort(hashes, kind="stable")
         return hashes[rows], rows
 
@@ -320,9 +325,7 @@ class PackedCorpusWriter:
         self._texts.close()
         self._ids.close()
         id_offsets = np.frombuffer(self._id_offsets, dtype=np.int64)
-        hashes = np.frombuffer(self._hashes, dtype=np.int64)
-        rows = np.argsort(hashes, kind="stable")
-        hashes = hashes[rows]
+        hashes, rows = HashedRows.sorted(np.frombuffer(self._hashes, dtype=np.int64))
         ids = PackedStrings(_mapped_bytes(self._folder / IDS_FILE), id_offsets)
         for position in np.flatnonzero(hashes[1:] == hashes[:-1]).tolist():
             if ids[rows[position]] == ids[rows[position + 1]]:

@@ -99,16 +99,16 @@ class OwnDocumentQrels(Mapping):
         return len(self._queries)
 
 
-def by_string_id(indices: np.ndarray) -> np.ndarray:
-    """`indices` in the order of their ids as strings ("q10" before "q2"), the order the ids were sorted in when the
-    pairs were a dict."""
-    return indices[np.argsort(indices.astype(str), kind="stable")]
+def in_string_order(items: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """`items` sorted by the ids of their passage `indices` as strings ("q10" before "q2"), the order the ids were
+    sorted in when the pairs were a dict."""
+    return items[np.argsort(indices.astype(str), kind="stable")]
 
 
 def held_out_split(indices: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """(kept, held out) passage indices: the seeded shuffle `data._split_off` makes of their ids, on the indices (a
     shuffle's swaps depend on the length and the draws alone)."""
-    shuffled = by_string_id(indices)
+    shuffled = in_string_order(indices, indices)
     random.Random(seed).shuffle(shuffled)
     held_out = max(1, round(len(shuffled) * fraction))
     return shuffled[held_out:], shuffled[:held_out]
@@ -119,7 +119,7 @@ def few_shot_rows(rows: np.ndarray, indices: np.ndarray, max_queries: int | None
     sample of them in their ids' string order (a sample picks positions by the length and the draws alone)."""
     if max_queries is None or max_queries >= len(rows):
         return rows
-    ordered = rows[np.argsort(indices[rows].astype(str), kind="stable")]
+    ordered = in_string_order(rows, indices[rows])
     return ordered[random.Random(seed).sample(range(len(ordered)), max_queries)]
 
 

@@ -29,6 +29,7 @@ setup(
             "bm25s>=0.2",
             "PyStemmer>=2.2",
             "ranx>=0.3.20",
+            "numba",  # ranx's own dependency; its metrics are handed numba typed lists (training/evaluation/metrics.py)
             "faiss-cpu>=1.8",
             "scipy>=1.10",
         ],

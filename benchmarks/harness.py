@@ -139,3 +139,23 @@ def markdown_table(columns: list[str], rows: list[list]) -> str:
 def limit_threads() -> None:
     """Tokenizers' own thread pool fights torch's for the cores; benchmarks keep it off."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def status_kib(field: str) -> int:
+    """A memory figure of this process from /proc/self/status (VmRSS, VmHWM, RssAnon...), in KiB (Linux)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"/proc/self/status has no {field} line; CPU peak memory needs Linux.")
+
+
+def reset_peak_rss() -> bool:
+    """Reset VmHWM to the current RSS (Linux >= 4.0), so that a peak read later is a later step's own; False when the
+    kernel does not allow it."""
+    try:
+        with open("/proc/self/clear_refs", "w") as clear_refs:
+            clear_refs.write("5")
+        return True
+    except OSError:
+        return False

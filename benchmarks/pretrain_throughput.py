@@ -37,6 +37,8 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.harness import reset_peak_rss, status_kib
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TEXTS_FILE = REPO_ROOT.parent / "shared" / "data" / "scifact" / "corpus.jsonl"
 
@@ -210,24 +212,6 @@ def measure_training_throughput(setting: TrainingSetting, warmup: int, steps: in
     return result
 
 
-def _status_kib(field: str) -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"/proc/self/status has no {field} line; CPU peak memory needs Linux.")
-
-
-def _reset_peak_rss() -> bool:
-    """Reset VmHWM to the current RSS (Linux >= 4.0); False when the kernel does not allow it."""
-    try:
-        with open("/proc/self/clear_refs", "w") as clear_refs:
-            clear_refs.write("5")
-        return True
-    except OSError:
-        return False
-
-
 def _peak_training_memory_in_this_process(name: str, setting: TrainingSetting, steps: int) -> dict:
     torch.set_num_threads(setting.num_threads)
     device = torch.device(setting.device)
@@ -244,15 +228,15 @@ def _peak_training_memory_in_this_process(name: str, setting: TrainingSetting, s
             "model_bytes": baseline,
             "peak_bytes": torch.cuda.max_memory_allocated(device) - baseline,
         }
-    before_model = _status_kib("VmRSS")
+    before_model = status_kib("VmRSS")
     model, step = prepared_training_step(name, setting)
     gc.collect()
-    baseline = _status_kib("VmRSS")
-    peak_was_reset = _reset_peak_rss()
+    baseline = status_kib("VmRSS")
+    peak_was_reset = reset_peak_rss()
     for _ in range(steps):
         step()
     if peak_was_reset:
-        method, peak = "VmHWM after /proc/self/clear_refs reset", _status_kib("VmHWM")
+        method, peak = "VmHWM after /proc/self/clear_refs reset", status_kib("VmHWM")
     else:  # ru_maxrss may still hold a transient peak of model building: an upper bound
         method = "ru_maxrss (upper bound: could not reset the peak)"
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -324,9 +324,9 @@ def teacher_lines(results: dict, sizes: list[int]) -> list[str]:
     with 10x them: the issue asks for the two within 10%."""
     lines = []
     for size in sizes:
-        measured = [(phase, results.get(f"{phase}@{size}")) for phase in ("bm25_teacher", "bm25_teacher_10x_queries")]
+        measured = [results.get(f"{phase}@{size}") for phase in ("bm25_teacher", "bm25_teacher_10x_queries")]
         cells = [f"{result['pairs']:,} pairs: {result['teacher_peak_mb']:.0f} MB (scoring {result['scoring_peak_mb']:.1f} MB)"
-                 for _, result in measured if result is not None and "teacher_peak_mb" in result]
+                 for result in measured if result is not None and "teacher_peak_mb" in result]
         if cells:
             lines.append(f"- N={size:,}, the BM25 teacher's peak above the pairs it is given: " + "; ".join(cells))
     return lines

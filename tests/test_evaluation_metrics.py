@@ -10,7 +10,7 @@ import pytest
 
 from evaluation_helpers import write_collection
 from training.data.collection import load_collection
-from training.evaluation.metrics import compute_metrics
+from training.evaluation.metrics import compute_metrics, per_query_metric
 
 CORPUS = [{"_id": f"d{i}", "title": "", "text": f"document {i}"} for i in range(1, 7)]
 QUERIES = [{"_id": f"q{i}", "text": f"query {i}"} for i in range(1, 6)]
@@ -89,3 +89,13 @@ def test_equal_scores_are_ranked_by_document_id_in_reverse_as_trec_eval_does(col
 
     # q1: d9 before d2, so its relevant document is second; q2: d4 before d0, first; q3: first.
     assert metrics == {"mrr@10": pytest.approx((1 / 2 + 1 + 1) / 3)}
+
+
+def test_each_query_gets_its_own_score_as_a_paired_comparison_needs(collection):
+    per_query = per_query_metric(collection.qrels, RUN, "ndcg@10")
+
+    assert per_query == {
+        "q1": pytest.approx(dcg({2: 2, 4: 1}) / dcg({1: 2, 2: 1})),
+        "q2": 0.0,  # its relevant document is at rank 11
+        "q3": pytest.approx(dcg({1: 1}) / dcg({1: 3, 2: 1})),
+    }

@@ -121,11 +121,9 @@ def mapped_corpus_memory(corpus, folder: Path, before: dict) -> dict:
 def memory_breakdown(since: dict | None = None) -> dict:
     """Resident memory now (Linux), in MB: anonymous, file-backed (the corpus' mapped ids), and the proportional set
     size, which counts a page shared by k processes as 1/k; each less its value in `since`, if given."""
-    status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
     rollup = dict(line.split(":", 1) for line in Path("/proc/self/smaps_rollup").read_text().splitlines()[1:])
-    megabytes = lambda value: int(value.split()[0]) / 1024  # noqa: E731 (kB figures)
-    now = {"anonymous_mb": megabytes(status["RssAnon"]), "file_mb": megabytes(status["RssFile"]),
-           "pss_mb": megabytes(rollup["Pss"])}
+    now = {"anonymous_mb": status_kib("RssAnon") / 1024, "file_mb": status_kib("RssFile") / 1024,
+           "pss_mb": int(rollup["Pss"].split()[0]) / 1024}
     return {key: value - (since or {}).get(key, 0.0) for key, value in now.items()}
 
 
@@ -273,8 +271,7 @@ def saved_encoder(path: str, folder: Path) -> str:
 
 def resident_mb() -> float:
     """This process's resident memory now, in MB (Linux)."""
-    pages = int(Path("/proc/self/statm").read_text().split()[1])
-    return pages * resource.getpagesize() / 2**20
+    return status_kib("VmRSS") / 1024
 
 
 def measured_in_a_process(phase: str, folder: Path, encoder: str, cache_dir: Path, length: int) -> dict:

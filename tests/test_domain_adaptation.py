@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from benchmarks.adaptation import checkpoint_every
 from benchmarks.pubmedqa_collection import build_pubmedqa_collection
 from benchmarks.tsdae import delete_words
 from pretrain_helpers import subprocess_env, weights
@@ -89,6 +90,11 @@ def test_pubmedqa_collection_refuses_a_bad_line_naming_it_and_leaves_nothing(tmp
     with pytest.raises(InputError, match=r"line 5: query empty or not text"):
         build_pubmedqa_collection(pairs, tmp_path / "pubmedqa")
     assert not (tmp_path / "pubmedqa").exists()
+
+
+def test_an_arms_run_is_resumable_from_half_way_and_a_run_of_a_few_steps_saves_at_its_end_alone():
+    assert [checkpoint_every(steps) for steps in (1000, 64, 10)] == [500, 32, 5]  # the gpu and cpu budgets, the least
+    assert [checkpoint_every(steps) for steps in (9, 2, 1)] == [9, 2, 1]  # the smoke budget's 2, and fine-tuning's 1
 
 
 def test_tsdae_deletes_each_word_with_probability_0_6_the_same_for_the_same_seed():
@@ -170,7 +176,8 @@ def test_every_arm_sees_the_same_texts_and_keeps_the_starts_pooling(adaptation_r
     assert sum(state["global_step"] for state in states) == SMOKE_STEPS
     assert {state["train_batch_size"] for state in states} == {SMOKE_BATCH}
     if arm != "tsdae":  # which saves no checkpoint: an interrupted TSDAE run is run again
-        assert {state["save_steps"] for state in states} == {SMOKE_STEPS // 2}  # resumable from half-way, no more often
+        # a run of a step or two (the warm-heads arm's halves: one each) saves a checkpoint at its end alone
+        assert all(state["save_steps"] == state["global_step"] for state in states)
     assert [type(module).__name__ for module in model] == ["Transformer", "Pooling", "Normalize"]
     assert model[1].get_config_dict()["pooling_mode"] == "mean"
     # A continued pre-training keeps the start's length; a pseudo-label run trains at SMOKE_LENGTH and saves its round

@@ -19,6 +19,10 @@ from training.finetuning.pseudo_queries import (
     ICT_REMOVAL_RATE, LEADS, SENTENCES, TITLES, pseudo_pair, sentence_pair, split_sentences,
 )
 
+# The runs below are judged on what they drew and what their cards say, which the first steps already settle: two
+# steps, not a whole epoch of a hundred pseudo-queries and more.
+TWO_STEPS = ["--max_steps", "2"]
+
 
 @pytest.fixture(scope="module")
 def abstracts(shared_data_dir) -> list[dict]:
@@ -119,7 +123,7 @@ def test_a_run_on_sentence_and_title_pseudo_queries_trains_on_them_and_its_card_
 
     assert finetune([
         "--model_name_or_path", tiny_seed_dir, "--corpus_file", corpus, "--pseudo_queries", "sentences", "titles",
-        "--output_dir", out, *TINY_FINETUNE, "--learning_rate", "3e-4", "--negatives", "bm25",
+        "--output_dir", out, *TINY_FINETUNE, "--learning_rate", "3e-4", "--negatives", "bm25", *TWO_STEPS,
     ]) == 0
     trained_on = {query_id for query_id, _, _ in round_examples(out, 1)}
     card = (out / "README.md").read_text()
@@ -168,6 +172,7 @@ def test_a_run_trained_on_titles_and_judged_on_sentences_says_so_on_its_card(sci
     assert finetune([
         "--model_name_or_path", tiny_seed_dir, "--corpus_file", scifact_slice / "corpus.jsonl",
         "--pseudo_queries", "titles", "--dev_pseudo_queries", "sentences", "--output_dir", out, *TINY_FINETUNE,
+        *TWO_STEPS,
     ]) == 0
     trained_on = {int(query_id[1:]) for query_id, _, _ in round_examples(out, 1)}
     card = (out / "README.md").read_text()

@@ -116,8 +116,9 @@ BUDGETS = {
 def checkpoint_every(steps: int) -> int:
     """`--save_steps` of every arm's run of `steps` steps: a checkpoint half-way, so an interrupted run resumes, and no
     more (fine-tuning's default, every 50 steps, saved one every 10 seconds on a GPU at the gpu budget). A run of
-    fewer than 10 steps (the smoke budget's 2) saves at its end alone: redoing a step costs less than writing
-    all-MiniLM-L6-v2 with its optimizer state (335 MB), which the smoke benchmark did 19 times for nothing."""
+    fewer than 10 steps (the smoke budget's 2) saves at its end alone: redoing a step costs less than writing a
+    checkpoint half-way (all-MiniLM-L6-v2 with the weak decoder and its optimizer state: 335 MB, which the smoke
+    benchmark wrote 19 times)."""
     return steps // 2 if steps >= 10 else steps
 
 

@@ -93,7 +93,7 @@ def test_pubmedqa_collection_refuses_a_bad_line_naming_it_and_leaves_nothing(tmp
 
 
 def test_an_arms_run_is_resumable_from_half_way_and_a_run_of_a_few_steps_saves_at_its_end_alone():
-    assert [checkpoint_every(steps) for steps in (1000, 64, 10)] == [500, 32, 5]  # the gpu and cpu budgets, the least
+    assert [checkpoint_every(steps) for steps in (1000, 64, 10)] == [500, 32, 5]  # the gpu and cpu budgets; the fewest
     assert [checkpoint_every(steps) for steps in (9, 2, 1)] == [9, 2, 1]  # the smoke budget's 2, and fine-tuning's 1
 
 

@@ -4,8 +4,6 @@ vectors: the same tokens, truncation, prompts, pooling and normalisation."""
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +16,6 @@ from plain_environment import ONNX_REQUIREMENTS, plain_environment, run_in
 from training.export import main as export
 from training.onnx_serving.encoder import OnnxEncoder
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 LONG_TEXT = " ".join(["Mutations in the gene raised the risk of disease in every cohort that was studied."] * 40)
 # Mixed lengths in one batch (padding), one text beyond every max length (truncation), stray spaces and capitals.
 TEXTS = ["Aspirin inhibits platelet aggregation.", LONG_TEXT, "  What causes OBESITY?  ", "cells", ""]
@@ -188,18 +185,17 @@ def test_a_bare_checkpoint_is_refused_until_told_how_to_pool_it(splade_tiny_dir,
     assert not (tmp_path / "out").exists()
 
 
-def test_a_folder_that_is_not_a_retriever_is_refused_with_status_2_and_no_traceback(minilm_dir, tmp_path):
+def test_a_folder_that_is_not_a_retriever_is_refused_with_status_2_and_no_traceback(minilm_dir, tmp_path, capsys):
+    """In this process: test_export.py runs the script itself for the exit status a user gets."""
     cross_encoder = tmp_path / "reranker"
     CrossEncoder(str(minilm_dir), num_labels=1, device="cpu").save(str(cross_encoder))
-    result = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "training" / "export.py"), str(cross_encoder), "--onnx",
-         "--output_dir", str(tmp_path / "out")],
-        capture_output=True, text=True, timeout=120,
-    )
 
-    assert result.returncode == 2
-    assert f"error: {cross_encoder}: a cross-encoder folder, not a retriever." in result.stderr
-    assert "Traceback" not in result.stderr
+    status = export([str(cross_encoder), "--onnx", "--output_dir", str(tmp_path / "out")])
+    error = capsys.readouterr().err
+
+    assert status == 2
+    assert f"error: {cross_encoder}: a cross-encoder folder, not a retriever." in error
+    assert "Traceback" not in error
     assert not (tmp_path / "out").exists()
 
 

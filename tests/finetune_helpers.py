@@ -108,6 +108,13 @@ def plain_bert_files(folder: Path) -> dict:
     }
 
 
+def serve_at(folder: Path, max_seq_length: int) -> None:
+    """Make the SentenceTransformer `folder` served at `max_seq_length` tokens (its sentence_bert_config.json): a run
+    from it publishes and judges at that length, so a test can make every evaluation cheaper than at the start's own."""
+    path = folder / "sentence_bert_config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "max_seq_length": max_seq_length}))
+
+
 def encoded_in_plain_environment(plain_python: Path, model_class: str, folder: Path, cwd: Path) -> dict:
     """Load `folder` as sentence-transformers' `model_class`, without trust_remote_code, in the environment that has no
     seed-encoder (`plain_python`), and encode PROBE_TEXTS: {"class": the transformer's class, "vectors": dense rows}."""

@@ -19,6 +19,7 @@ from benchmarks.adaptation import checkpoint_every
 from benchmarks.domain_adaptation import main as domain_adaptation
 from benchmarks.pubmedqa_collection import build_pubmedqa_collection
 from benchmarks.tsdae import delete_words
+from finetune_helpers import serve_at
 from pretrain_helpers import subprocess_env, weights
 from training.common.errors import InputError
 from training.finetuning.pseudo_queries import split_sentences
@@ -113,8 +114,7 @@ def start_dir(minilm_dir, tmp_path_factory) -> Path:
     """all-MiniLM-L6-v2 whose sentence_bert_config.json serves it at START_LENGTH tokens."""
     folder = tmp_path_factory.mktemp("start") / "minilm"
     shutil.copytree(minilm_dir, folder)
-    config = json.loads((folder / "sentence_bert_config.json").read_text())
-    (folder / "sentence_bert_config.json").write_text(json.dumps({**config, "max_seq_length": START_LENGTH}))
+    serve_at(folder, START_LENGTH)
     return folder
 
 

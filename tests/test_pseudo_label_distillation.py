@@ -20,7 +20,7 @@ from sentence_transformers import SentenceTransformer
 
 from evaluation_helpers import cut_scifact
 from finetune_helpers import (
-    TINY_FINETUNE, assert_drawn_from_ranks, bm25_scores, finetune, round_dir, round_examples, standardised,
+    TINY_FINETUNE, assert_drawn_from_ranks, bm25_scores, finetune, round_dir, round_examples, serve_at, standardised,
     with_dev_split,
 )
 from training.data.corpus import load_raw_corpus
@@ -46,8 +46,7 @@ def start_dir(minilm_dir, tmp_path_factory):
     config = json.loads((folder / "config.json").read_text())
     config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     (folder / "config.json").write_text(json.dumps(config))
-    serving = json.loads((folder / "sentence_bert_config.json").read_text())
-    (folder / "sentence_bert_config.json").write_text(json.dumps({**serving, "max_seq_length": START_LENGTH}))
+    serve_at(folder, START_LENGTH)
     return folder
 
 

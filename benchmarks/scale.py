@@ -421,6 +421,8 @@ def main(argv: list[str] | None = None) -> None:
 
         baseline = resident_mb()
         result = run_phase(args.phase, Path(args.collection), args.encoder, Path(args.cache_dir), args.encoded_length)
+        # The process's whole peak from getrusage, not VmHWM (harness.status_kib): the teacher phases reset VmHWM to
+        # read their own peak above the pairs, and getrusage's maximum survives that reset.
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(json.dumps({**result, "peak_rss_mb": peak, "phase_peak_mb": peak - baseline}))
         return
